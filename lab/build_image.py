@@ -1,0 +1,242 @@
+#!/usr/bin/env python3
+"""Build a lab container image from a Debian root made with debootstrap.
+
+There is no Docker Hub here, so every lab image starts as a Debian root:
+``debootstrap`` makes it, a folder of files is laid over it, a few paths are
+removed, and ``docker import`` turns the tree into an image.
+
+The image tag is a hash of every input (the spec, the overlay files with
+their modes, this program), so a second build with the same inputs finds the
+image already there and does nothing.  The result is one JSON line on
+stdout: ``{"image": "NAME:TAG", "built": true|false, "inputs_hash": ...}``.
+
+Usage::
+
+    build_image.py --spec lab/node/image.yml [--dry-run]
+
+The spec (YAML)::
+
+    name: sparkserve-lab/node       # repository of the image
+    suite: bookworm                 # Debian release
+    variant: minbase                # debootstrap variant
+    packages: [systemd, ...]        # --include list
+    rootfs: rootfs                  # folder laid over the root (relative)
+    remove: [etc/machine-id]        # globs removed after the overlay
+    changes: ['CMD ["/sbin/init"]'] # docker import --change lines
+
+The Debian mirror is the one this machine's apt uses (read from its sources),
+so the build goes where the machine's own package installs go.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import hashlib
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import yaml
+
+Runner = Callable[[Sequence[str]], subprocess.CompletedProcess[str]]
+
+APT_SOURCES = (Path("/etc/apt/sources.list.d/debian.sources"), Path("/etc/apt/sources.list"))
+
+
+class SpecError(ValueError):
+    """The image spec is missing a field or has a wrong one."""
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    """What an image is built from."""
+
+    name: str
+    suite: str
+    variant: str
+    packages: tuple[str, ...]
+    rootfs: Path | None
+    remove: tuple[str, ...] = ()
+    changes: tuple[str, ...] = ()
+    source: Path = field(default=Path("."))
+
+    @classmethod
+    def load(cls, path: Path) -> "ImageSpec":
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise SpecError(f"{path}: an image spec is a mapping")
+        for key in ("name", "suite", "packages"):
+            if key not in data:
+                raise SpecError(f"{path}: '{key}' is required")
+        if not re.fullmatch(r"[a-z0-9][a-z0-9._/-]*", str(data["name"])):
+            raise SpecError(f"{path}: name '{data['name']}' is not a valid image repository")
+        packages = data["packages"]
+        if not isinstance(packages, list) or not all(isinstance(p, str) for p in packages):
+            raise SpecError(f"{path}: packages is a list of Debian package names")
+        rootfs = data.get("rootfs")
+        rootfs_path = (path.parent / rootfs).resolve() if rootfs else None
+        if rootfs_path is not None and not rootfs_path.is_dir():
+            raise SpecError(f"{path}: rootfs folder {rootfs} does not exist")
+        return cls(
+            name=str(data["name"]),
+            suite=str(data["suite"]),
+            variant=str(data.get("variant", "minbase")),
+            packages=tuple(sorted(packages)),
+            rootfs=rootfs_path,
+            remove=tuple(data.get("remove", [])),
+            changes=tuple(data.get("changes", [])),
+            source=path,
+        )
+
+
+def overlay_files(root: Path) -> list[Path]:
+    """Every file, link and folder under root, sorted, relative to root."""
+    found = [p.relative_to(root) for p in root.rglob("*")]
+    return sorted(found, key=lambda p: p.as_posix())
+
+
+def inputs_hash(spec: ImageSpec, program: Path = Path(__file__)) -> str:
+    """A hash of everything the image is made from."""
+    digest = hashlib.sha256()
+    recipe = {
+        "suite": spec.suite,
+        "variant": spec.variant,
+        "packages": list(spec.packages),
+        "remove": list(spec.remove),
+        "changes": list(spec.changes),
+    }
+    digest.update(json.dumps(recipe, sort_keys=True).encode())
+    digest.update(program.read_bytes())
+    if spec.rootfs is not None:
+        for rel in overlay_files(spec.rootfs):
+            full = spec.rootfs / rel
+            info = full.lstat()
+            digest.update(rel.as_posix().encode() + b"\0")
+            digest.update(f"{stat.S_IFMT(info.st_mode)}:{stat.S_IMODE(info.st_mode):o}\0".encode())
+            if full.is_symlink():
+                digest.update(os.readlink(full).encode())
+            elif full.is_file():
+                digest.update(full.read_bytes())
+    return digest.hexdigest()
+
+
+def apt_mirror(sources: Sequence[Path] = APT_SOURCES) -> str | None:
+    """The Debian mirror this machine's apt uses, or None for debootstrap's default."""
+    for path in sources:
+        if not path.is_file():
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for line in text.splitlines():
+            line = line.strip()
+            deb822 = re.match(r"URIs:\s*(\S+)", line)
+            if deb822 and "security" not in deb822.group(1):
+                return deb822.group(1)
+            classic = re.match(r"deb\s+(?:\[[^\]]*\]\s+)?(\S+)\s+(\S+)", line)
+            if classic and "security" not in classic.group(2):
+                return classic.group(1)
+    return None
+
+
+def run(cmd: Sequence[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(cmd), check=True, text=True, capture_output=True)
+
+
+def image_exists(image: str, runner: Runner = run) -> bool:
+    try:
+        runner(["docker", "image", "inspect", "--format", "{{.Id}}", image])
+    except subprocess.CalledProcessError:
+        return False
+    return True
+
+
+def lay_overlay(src: Path, dest: Path) -> None:
+    """Copy the overlay folder over the root, keeping modes and links."""
+    shutil.copytree(src, dest, symlinks=True, dirs_exist_ok=True)
+
+
+def remove_paths(root: Path, patterns: Sequence[str]) -> list[str]:
+    removed: list[str] = []
+    for pattern in patterns:
+        if pattern.startswith("/") or ".." in Path(pattern).parts:
+            raise SpecError(f"remove pattern '{pattern}' must stay inside the root")
+        for hit in sorted(glob.glob(str(root / pattern))):
+            path = Path(hit)
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+            removed.append(path.relative_to(root).as_posix())
+    return removed
+
+
+def build(spec: ImageSpec, tag: str, workdir: Path, runner: Runner = run) -> str:
+    """Make the root, lay the overlay, import it; return the image reference."""
+    image = f"{spec.name}:{tag}"
+    root = workdir / "root"
+    cmd = ["debootstrap", f"--variant={spec.variant}", "--include=" + ",".join(spec.packages), spec.suite, str(root)]
+    mirror = apt_mirror()
+    if mirror:
+        cmd.append(mirror)
+    runner(cmd)
+    if spec.rootfs is not None:
+        lay_overlay(spec.rootfs, root)
+    remove_paths(root, spec.remove)
+    for cache in ("var/cache/apt/archives", "var/lib/apt/lists"):
+        for entry in (root / cache).glob("*"):
+            if entry.is_file():
+                entry.unlink()
+    tarball = workdir / "root.tar"
+    runner(["tar", "--numeric-owner", "--xattrs", "-C", str(root), "-cf", str(tarball), "."])
+    imported = ["docker", "import"]
+    for change in spec.changes:
+        imported += ["--change", change]
+    imported += [str(tarball), image]
+    runner(imported)
+    return image
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--spec", type=Path, required=True, help="image spec (YAML)")
+    parser.add_argument("--dry-run", action="store_true", help="say what would be built, build nothing")
+    parser.add_argument("--workdir", type=Path, default=None, help="scratch folder (default: a temporary one)")
+    args = parser.parse_args(argv)
+    try:
+        spec = ImageSpec.load(args.spec)
+    except (SpecError, OSError, yaml.YAMLError) as err:
+        print(f"build_image: {err}", file=sys.stderr)
+        return 2
+    full_hash = inputs_hash(spec)
+    image = f"{spec.name}:{full_hash[:16]}"
+    result = {"image": image, "inputs_hash": full_hash, "built": False}
+    if image_exists(image):
+        print(json.dumps(result))
+        return 0
+    result["built"] = True
+    if args.dry_run:
+        print(json.dumps(result))
+        return 0
+    try:
+        if args.workdir is not None:
+            args.workdir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="sparkserve-image-", dir=args.workdir or "/var/tmp") as work:
+            build(spec, full_hash[:16], Path(work))
+    except subprocess.CalledProcessError as err:
+        tail = (err.stderr or err.stdout or "").strip().splitlines()[-5:]
+        print(f"build_image: {' '.join(err.cmd[:2])} failed (rc={err.returncode}): " + " | ".join(tail), file=sys.stderr)
+        return 1
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

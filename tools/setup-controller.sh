@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Make this Debian machine a sparkserve controller and lab host:
+# Debian packages (Docker engine, debootstrap, ssh client), a running
+# dockerd, and the pinned Python packages in .venv. Safe to run again:
+# it installs only what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v dockerd >/dev/null || need_apt+=(docker.io)
+command -v debootstrap >/dev/null || need_apt+=(debootstrap)
+command -v ssh >/dev/null || need_apt+=(openssh-client)
+command -v ip >/dev/null || need_apt+=(iproute2)
+command -v make >/dev/null || need_apt+=(make)
+python3 -c 'import ensurepip, venv' 2>/dev/null || need_apt+=(python3-venv)
+if [ "${#need_apt[@]}" -gt 0 ]; then
+  echo "setup: installing Debian packages: ${need_apt[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+if ! docker info >/dev/null 2>&1; then
+  if [ -d /run/systemd/system ]; then
+    systemctl start docker
+  else
+    echo "setup: starting dockerd (log: /var/log/sparkserve-dockerd.log)"
+    nohup dockerd >/var/log/sparkserve-dockerd.log 2>&1 &
+  fi
+  for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
+  docker info >/dev/null 2>&1 || { echo "setup: dockerd did not start; see /var/log/sparkserve-dockerd.log" >&2; exit 1; }
+fi
+
+want=$(cat requirements.txt requirements-dev.txt | sha256sum | cut -c1-16)
+if [ "$(cat .venv/.requirements 2>/dev/null)" != "$want" ]; then
+  echo "setup: installing the pinned Python packages into .venv"
+  python3 -m venv .venv
+  .venv/bin/pip install -q --disable-pip-version-check -r requirements-dev.txt
+  echo "$want" >.venv/.requirements
+fi
