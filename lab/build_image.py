@@ -98,9 +98,12 @@ class ImageSpec:
         )
 
 
+SKIPPED_NAMES = frozenset({"__pycache__", ".pytest_cache"})
+
+
 def overlay_files(root: Path) -> list[Path]:
-    """Every file, link and folder under root, sorted, relative to root."""
-    found = [p.relative_to(root) for p in root.rglob("*")]
+    """Every file, link and folder under root, sorted, relative to root (caches left out)."""
+    found = [p.relative_to(root) for p in root.rglob("*") if not SKIPPED_NAMES.intersection(p.relative_to(root).parts)]
     return sorted(found, key=lambda p: p.as_posix())
 
 
@@ -160,7 +163,7 @@ def image_exists(image: str, runner: Runner = run) -> bool:
 
 def lay_overlay(src: Path, dest: Path) -> None:
     """Copy the overlay folder over the root, keeping modes and links."""
-    shutil.copytree(src, dest, symlinks=True, dirs_exist_ok=True)
+    shutil.copytree(src, dest, symlinks=True, dirs_exist_ok=True, ignore=shutil.ignore_patterns(*SKIPPED_NAMES))
 
 
 def remove_paths(root: Path, patterns: Sequence[str]) -> list[str]:
