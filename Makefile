@@ -37,9 +37,10 @@ lint:
 
 syntax:
 	@for pb in $(PLAYBOOKS); do \
-	  ansible-playbook --syntax-check -i inventory/example "$$pb" >/dev/null || { echo "syntax: $$pb"; exit 1; }; \
+	  ansible-playbook --syntax-check -i inventory/example/hosts.yml "$$pb" >/dev/null || { echo "syntax: $$pb"; exit 1; }; \
 	done; echo "syntax: $(words $(PLAYBOOKS)) playbooks ok"
 
 molecule:
 	molecule test -s default
 	molecule test -s cluster4
+	molecule test -s faults

@@ -1,0 +1,75 @@
+"""The fabric environment every rank of an engine gets (NCCL, Gloo, UCX, host IP)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+DOCUMENTATION = r"""
+name: fabric_env
+short_description: The fabric environment of one node's rank
+version_added: "0.1.0"
+description:
+  - From a node's inventory variables, the environment that makes every collective and socket of
+    the engine use the fabric, on both twins of the Spark's port.
+  - C(NCCL_IB_GID_INDEX) is detected on the node at each launch (it moves after reboots); pass the
+    detected value as O(gid_index), or leave it out to have the key omitted.
+positional: engine
+options:
+  _input:
+    description: The node's host variables (C(hostvars[node])).
+    type: dict
+    required: true
+  engine:
+    description: The recipe's engine, C(vllm) or C(sglang); it names the host-IP variable.
+    type: str
+    required: true
+  gid_index:
+    description: The RoCE v2 IPv4 GID index detected on the node.
+    type: int
+"""
+
+EXAMPLES = r"""
+fabric_env: "{{ hostvars[inventory_hostname] | sparkserve.deploy.fabric_env('vllm') }}"
+"""
+
+RETURN = r"""
+_value:
+  description: Environment variable names and values.
+  type: dict
+"""
+
+HOST_IP_VARIABLE = {"vllm": "VLLM_HOST_IP", "sglang": "SGLANG_HOST_IP"}
+
+
+def fabric_env(node: Mapping[str, Any], engine: str, gid_index: int | None = None) -> dict[str, str]:
+    """The environment that pins a rank's traffic to the fabric."""
+    if engine not in HOST_IP_VARIABLE:
+        raise ValueError(f"fabric_env: engine {engine!r} is not one of {sorted(HOST_IP_VARIABLE)}")
+    interfaces = list(node.get("sparkserve_fabric_interfaces") or [])
+    devices = list(node.get("sparkserve_rdma_devices") or [])
+    address = node.get("sparkserve_fabric_ip")
+    if not interfaces or not devices or not address:
+        raise ValueError(
+            "fabric_env: the node needs sparkserve_fabric_interfaces, sparkserve_rdma_devices and "
+            "sparkserve_fabric_ip in the inventory"
+        )
+    first = interfaces[0]
+    env = {
+        "NCCL_SOCKET_IFNAME": first,
+        "GLOO_SOCKET_IFNAME": first,
+        "TP_SOCKET_IFNAME": first,
+        "UCX_NET_DEVICES": first,
+        "NCCL_IB_HCA": ",".join(devices),
+        "NCCL_IB_DISABLE": "0",
+        HOST_IP_VARIABLE[engine]: str(address),
+    }
+    if gid_index is not None:
+        env["NCCL_IB_GID_INDEX"] = str(int(gid_index))
+    return env
+
+
+class FilterModule:
+    """sparkserve fabric filters."""
+
+    def filters(self) -> dict[str, Any]:
+        return {"fabric_env": fabric_env}

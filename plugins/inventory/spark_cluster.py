@@ -1,0 +1,359 @@
+"""Inventory plugin: a cluster of DGX Sparks from one compact file."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: spark_cluster
+short_description: A cluster of DGX Sparks from one compact cluster file
+version_added: "0.1.0"
+author:
+  - sparkserve
+description:
+  - Reads a C(*.sparks.yml) or C(*.sparks.yaml) file describing the Sparks of one
+    deployment, their fabric twins and the recipe they serve, and turns it into the
+    inventory every sparkserve playbook expects.
+  - Groups C(sparks) (every node), C(head) (one node) and C(workers) (the rest).
+  - The head gets rank 0 and the other nodes ranks 1 and up in file order.
+  - A node's fabric address on each twin defaults to its host number inside the
+    twin's subnet, the host number being the node's place in the file plus one
+    (the head included); explicit O(nodes[].fabric_ips) win.
+  - Every host gets C(ansible_host), C(sparkserve_rank), C(sparkserve_world_size),
+    C(sparkserve_fabric_ip), C(sparkserve_fabric_ips), C(sparkserve_head_fabric_ip),
+    C(sparkserve_fabric_mtu), C(sparkserve_fabric_interfaces), C(sparkserve_rdma_devices),
+    C(sparkserve_fabric_subnets), C(sparkserve_rdma_sysfs_root), C(sparkserve_recipe),
+    and C(sparkserve_management_subnet) and C(ansible_user) when given; the same
+    variables a plain YAML inventory of Sparks carries.
+  - The file is checked as a whole (unknown keys, then every topology rule of
+    sparkserve's cluster model); any problem fails the parse with every message,
+    one per line.
+  - Needs C(netaddr) on the controller.
+requirements:
+  - netaddr
+options:
+  plugin:
+    description: Marks the file as this plugin's.
+    type: str
+    required: true
+    choices: [sparkserve.deploy.spark_cluster]
+  recipe:
+    description: Name of the recipe the cluster serves (a file of C(recipes/)); set as C(sparkserve_recipe) on every host.
+    type: str
+    required: true
+  user:
+    description: Account Ansible logs in with on every node (C(ansible_user)); a node's O(nodes[].vars) may override it.
+    type: str
+  management_subnet:
+    description:
+      - CIDR of the management network (the C(enP7s7) side), set as C(sparkserve_management_subnet).
+      - When given, every management address must be inside it and no fabric address or twin subnet may touch it.
+    type: str
+  fabric:
+    description: The fabric joining the Sparks.
+    type: dict
+    required: true
+    suboptions:
+      mtu:
+        description: MTU of the fabric interfaces, 1280 to 9216 (C(sparkserve_fabric_mtu)).
+        type: int
+        default: 9000
+      rdma_sysfs_root:
+        description: Where the RDMA devices appear in sysfs (C(sparkserve_rdma_sysfs_root)).
+        type: str
+        default: /sys/class/infiniband
+      twins:
+        description:
+          - The twins of the QSFP port in use, in order; twin 1 carries C(sparkserve_fabric_ip).
+          - Each twin needs its own subnet.
+        type: list
+        elements: dict
+        required: true
+        suboptions:
+          interface:
+            description: Ethernet interface of the twin, for example C(enp1s0f1np1).
+            type: str
+            required: true
+          rdma_device:
+            description: RoCE device of the twin, for example C(rocep1s0f1).
+            type: str
+            required: true
+          subnet:
+            description: CIDR of the twin's own subnet, for example C(192.168.100.0/24).
+            type: str
+            required: true
+  nodes:
+    description: The Sparks, in order; the order sets worker ranks and default fabric addresses.
+    type: list
+    elements: dict
+    required: true
+    suboptions:
+      name:
+        description: Inventory name of the node.
+        type: str
+        required: true
+      address:
+        description: Management address Ansible reaches the node on (C(ansible_host)).
+        type: str
+        required: true
+      head:
+        description: This node is the head (rank 0). At most one node; without any, the first node is the head.
+        type: bool
+        default: false
+      fabric_ips:
+        description: The node's fabric addresses, one per twin in twin order; replace the computed ones.
+        type: list
+        elements: str
+      vars:
+        description:
+          - Extra host variables of this node; they win over O(vars) and O(user).
+          - The variables the plugin computes (the cluster contract and C(sparkserve_recipe)) cannot be set here.
+        type: dict
+        default: {}
+  vars:
+    description:
+      - Extra host variables of every node.
+      - The variables the plugin computes (the cluster contract and C(sparkserve_recipe)) cannot be set here.
+    type: dict
+    default: {}
+"""
+
+EXAMPLES = r"""
+# inventory/mycluster.sparks.yml, then:
+#   ansible-inventory -i inventory/mycluster.sparks.yml --graph
+#   ansible-playbook -i inventory/mycluster.sparks.yml site.yml
+plugin: sparkserve.deploy.spark_cluster
+recipe: glm53-fp4local-mtp-tp2
+user: nvidia
+management_subnet: 192.168.1.0/24
+fabric:
+  mtu: 9000
+  rdma_sysfs_root: /sys/class/infiniband
+  twins:
+    - {interface: enp1s0f1np1, rdma_device: rocep1s0f1, subnet: 192.168.100.0/24}
+    - {interface: enP2p1s0f1np1, rdma_device: roceP2p1s0f1, subnet: 192.168.101.0/24}
+nodes:
+  - name: spark-a
+    address: 192.168.1.21                       # fabric 192.168.100.1, 192.168.101.1; rank 1
+  - name: spark-b
+    address: 192.168.1.22
+    head: true                                  # rank 0
+    fabric_ips: [192.168.100.9, 192.168.101.9]  # instead of .2
+    vars: {ansible_port: 2222}
+vars:
+  ansible_python_interpreter: /usr/bin/python3
+"""
+
+from collections.abc import Mapping
+from typing import Any
+
+from ansible.errors import AnsibleError, AnsibleParserError
+from ansible.plugins.inventory import BaseInventoryPlugin
+
+from ansible_collections.sparkserve.deploy.plugins.module_utils.cluster import (
+    CONTRACT_VARS,
+    DEFAULT_RDMA_SYSFS_ROOT,
+    Cluster,
+    Node,
+    Twin,
+    cluster_groups,
+    cluster_hostvars,
+    validate_cluster,
+)
+
+try:
+    import netaddr
+except ImportError:  # reported in parse(), where it matters
+    netaddr = None
+
+TOP_KEYS = ("plugin", "recipe", "user", "management_subnet", "fabric", "nodes", "vars")
+FABRIC_KEYS = ("mtu", "rdma_sysfs_root", "twins")
+TWIN_KEYS = ("interface", "rdma_device", "subnet")
+NODE_KEYS = ("name", "address", "head", "fabric_ips", "vars")
+REQUIRED = {
+    "recipe": "name the recipe the cluster serves (recipe: glm53-fp4local-mtp-tp2).",
+    "fabric": "describe the fabric (fabric: {mtu: 9000, twins: [{interface: ..., rdma_device: ..., subnet: ...}]}).",
+    "nodes": "list the Sparks (nodes: [{name: spark-a, address: 192.168.1.21}]).",
+}
+COMPUTED_VARS = frozenset(CONTRACT_VARS) | {"sparkserve_recipe"}
+DEFAULT_MTU = 9000
+PREFIX = "inventory: "
+
+
+class InventoryModule(BaseInventoryPlugin):
+    """Turn a .sparks.yml cluster file into the sparks/head/workers inventory."""
+
+    NAME = "sparkserve.deploy.spark_cluster"
+    # The file is the user's own inventory, trusted like a YAML inventory.
+    trusted_by_default = True
+
+    def verify_file(self, path: str) -> bool:
+        return path.endswith((".sparks.yml", ".sparks.yaml")) and super().verify_file(path)
+
+    def parse(self, inventory: Any, loader: Any, path: str, cache: bool = True) -> None:
+        super().parse(inventory, loader, path, cache)
+        if netaddr is None:
+            raise AnsibleParserError(f"{path}: the spark_cluster inventory plugin needs netaddr on the controller; "
+                                     "install it (pip install netaddr) in Ansible's Python.")
+        raw = self.loader.load_from_file(path, cache="none", trusted_as_template=True)
+        problems: list[str] = []
+        if isinstance(raw, Mapping):
+            problems += _unknown(raw, TOP_KEYS, "the top level")
+            problems += [f"{PREFIX}{key} is missing; {REQUIRED[key]}" for key in REQUIRED if raw.get(key) is None]
+            if any(raw.get(key) is None for key in REQUIRED):
+                raise AnsibleParserError(_report(path, problems))
+        try:
+            self._read_config_data(path)
+        except AnsibleError as error:
+            problems.append(f"{PREFIX}{error.message}")
+            raise AnsibleParserError(_report(path, problems)) from error
+
+        extra = _host_vars(self.get_option("vars"), "vars", problems)
+        cluster, node_vars = self._cluster(problems)
+        if cluster is not None:
+            problems += validate_cluster(cluster)
+        if problems or cluster is None:  # a cluster of None always comes with its problems
+            raise AnsibleParserError(_report(path, problems))
+        self._populate(cluster, extra, node_vars)
+
+    # --- reading the file ---
+
+    def _cluster(self, problems: list[str]) -> tuple[Cluster | None, dict[str, dict]]:
+        """The cluster the file describes, or None where its shape is too broken to check the rules."""
+        fabric = self.get_option("fabric")
+        twins = _twins(fabric, problems)
+        nodes_in = self.get_option("nodes")
+        if not isinstance(nodes_in, list):
+            problems.append(f"{PREFIX}nodes is {nodes_in!r}; list the Sparks, each with name and address.")
+            return None, {}
+        shapeless = [index for index, entry in enumerate(nodes_in) if not isinstance(entry, Mapping)]
+        for index in shapeless:
+            problems.append(f"{PREFIX}nodes[{index}] is {nodes_in[index]!r}; write each node as a mapping with "
+                            "name and address.")
+        if twins is None or shapeless:
+            return None, {}
+
+        heads = [index for index, entry in enumerate(nodes_in) if entry.get("head") is True]
+        head_index = heads[0] if heads else 0
+        nodes: list[Node] = []
+        node_vars: dict[str, dict] = {}
+        worker_rank = 1
+        for index, entry in enumerate(nodes_in):
+            problems += _unknown(entry, NODE_KEYS, f"nodes[{index}]")
+            name = entry.get("name")
+            if not isinstance(name, str) or not name:
+                problems.append(f"{PREFIX}nodes[{index}] has no name; give it the node's inventory name (name: spark-a).")
+                name = f"nodes[{index}]"
+            head = entry.get("head", False)
+            if not isinstance(head, bool):
+                problems.append(f"{PREFIX}{name}: head is {head!r}; write true or false.")
+                head = False
+            if index == head_index:
+                rank, head = 0, True
+            else:
+                rank, worker_rank = worker_rank, worker_rank + 1
+            address = entry.get("address")  # a missing one is reported by validate_cluster as empty
+            node_vars[name] = _host_vars(entry.get("vars"), f"{name}: vars", problems)
+            nodes.append(Node(name=name, address="" if address is None else str(address), rank=rank,
+                              fabric_ips=_fabric_ips(entry, index, name, twins, problems), head=head))
+        cluster = Cluster(nodes=nodes, twins=twins, mtu=fabric.get("mtu", DEFAULT_MTU),
+                          management_subnet=self.get_option("management_subnet"),
+                          rdma_sysfs_root=fabric.get("rdma_sysfs_root", DEFAULT_RDMA_SYSFS_ROOT))
+        return cluster, node_vars
+
+    # --- writing the inventory ---
+
+    def _populate(self, cluster: Cluster, extra: dict, node_vars: dict[str, dict]) -> None:
+        groups = cluster_groups(cluster)
+        for group in groups:
+            self.inventory.add_group(group)
+        for child in (g for g in groups if g != "sparks"):
+            self.inventory.add_child("sparks", child)
+        hostvars = cluster_hostvars(cluster)
+        recipe = self.get_option("recipe")
+        user = self.get_option("user")
+        for group, names in groups.items():
+            for name in names:
+                self.inventory.add_host(name, group=group)
+        for name in groups["sparks"]:
+            variables: dict[str, Any] = dict(extra)
+            if user is not None:
+                variables["ansible_user"] = user
+            variables["sparkserve_recipe"] = recipe
+            variables.update(hostvars[name])
+            variables.update(node_vars.get(name, {}))
+            for key, value in variables.items():
+                self.inventory.set_variable(name, key, value)
+
+
+def _report(path: str, problems: list[str]) -> str:
+    count = len(problems)
+    return f"{path}: {count} problem{'s' if count != 1 else ''} in the Spark cluster file:\n" + "\n".join(problems)
+
+
+def _host_vars(value: Any, where: str, problems: list[str]) -> dict:
+    """Extra host variables, less any the plugin computes (those are reported)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        problems.append(f"{PREFIX}{where} is {value!r}; write it as a mapping of host variables.")
+        return {}
+    computed = sorted(set(value) & COMPUTED_VARS)
+    if computed:
+        problems.append(f"{PREFIX}{where} sets {', '.join(computed)}, which the plugin computes; remove "
+                        f"{'it' if len(computed) == 1 else 'them'} and use the cluster fields (recipe, fabric, "
+                        "nodes with name, address, head, fabric_ips) instead.")
+    return {key: item for key, item in value.items() if key not in COMPUTED_VARS}
+
+
+def _unknown(data: Mapping, allowed: tuple[str, ...], where: str) -> list[str]:
+    return [f"{PREFIX}{where} has unknown key {key!r}; the keys are {', '.join(allowed)}."
+            for key in data if key not in allowed]
+
+
+def _twins(fabric: Mapping, problems: list[str]) -> list[Twin] | None:
+    """The twins of the fabric, or None where their shape is broken (each reported)."""
+    problems += _unknown(fabric, FABRIC_KEYS, "fabric")
+    entries = fabric.get("twins")
+    if entries is None:
+        return []  # validate_cluster reports a fabric without twins
+    if not isinstance(entries, list):
+        problems.append(f"{PREFIX}fabric.twins is {entries!r}; list each twin with interface, rdma_device and subnet.")
+        return None
+    twins: list[Twin] | None = []
+    for index, entry in enumerate(entries):
+        where = f"fabric.twins[{index}]"
+        if not isinstance(entry, Mapping):
+            problems.append(f"{PREFIX}{where} is {entry!r}; write it as {{interface: ..., rdma_device: ..., subnet: ...}}.")
+            twins = None
+            continue
+        problems += _unknown(entry, TWIN_KEYS, where)
+        values = [entry.get(key, "") for key in TWIN_KEYS]  # validate_cluster reports empty and malformed ones
+        if twins is not None:
+            twins.append(Twin(interface=values[0], rdma_device=values[1], subnet=values[2]))
+    return twins
+
+
+def _fabric_ips(entry: Mapping, index: int, name: str, twins: list[Twin], problems: list[str]) -> list[str]:
+    """The node's explicit fabric addresses, or its host number in every twin's subnet."""
+    if "fabric_ips" in entry:
+        explicit = entry["fabric_ips"]  # validate_cluster reports a malformed one
+        return list(explicit) if isinstance(explicit, list) else explicit
+    host_number = index + 1
+    addresses = []
+    for twin_index, twin in enumerate(twins):
+        try:
+            network = netaddr.IPNetwork(twin.subnet)
+        except (netaddr.AddrFormatError, ValueError, TypeError):
+            addresses.append("")  # the bad subnet is validate_cluster's to report
+            continue
+        if network.ip != network.network:
+            addresses.append("")  # host bits set: reported by validate_cluster
+            continue
+        last = network.size - 1 if network.version == 6 or network.prefixlen >= 31 else network.size - 2
+        if host_number > last:
+            problems.append(f"{PREFIX}{name}: subnet {network} of twin {twin_index + 1} ({twin.interface}) has no "
+                            f"host number {host_number} (the node's place in the file); use a larger subnet or "
+                            "give the node explicit fabric_ips.")
+            addresses.append("")
+            continue
+        addresses.append(str(network[host_number]))
+    return addresses

@@ -1,0 +1,558 @@
+"""The normalized model of a Spark cluster and the rules its topology must obey.
+
+One model for every way a cluster is described: the inventory plugin
+(``sparkserve.deploy.spark_cluster``) builds it from a ``.sparks.yml`` file,
+``cluster_from_hostvars`` builds it from the host variables of a plain YAML
+inventory, and ``validate_cluster`` holds the rules both must pass. Standard
+library only (``ipaddress``), so the same code runs on the controller and on
+the nodes.
+
+Host variables of the contract (``cluster_hostvars`` writes them, a plain
+YAML inventory carries them): ``ansible_host``, ``sparkserve_rank``,
+``sparkserve_world_size``, ``sparkserve_fabric_ip``, ``sparkserve_fabric_ips``,
+``sparkserve_head_fabric_ip``, ``sparkserve_fabric_mtu``,
+``sparkserve_fabric_interfaces``, ``sparkserve_rdma_devices``,
+``sparkserve_fabric_subnets``, ``sparkserve_rdma_sysfs_root`` and, when
+known, ``sparkserve_management_subnet``. Groups: ``sparks`` (all), ``head``
+(one host), ``workers`` (the rest).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Union
+
+IPNetwork = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
+IPAddress = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
+
+DEFAULT_RDMA_SYSFS_ROOT = "/sys/class/infiniband"
+MTU_MIN = 1280
+MTU_MAX = 9216
+
+GROUP_ALL = "sparks"
+GROUP_HEAD = "head"
+GROUP_WORKERS = "workers"
+
+# The host variables a cluster description carries (see the module docstring).
+CONTRACT_VARS = (
+    "ansible_host",
+    "sparkserve_rank",
+    "sparkserve_world_size",
+    "sparkserve_fabric_ip",
+    "sparkserve_fabric_ips",
+    "sparkserve_head_fabric_ip",
+    "sparkserve_fabric_mtu",
+    "sparkserve_fabric_interfaces",
+    "sparkserve_rdma_devices",
+    "sparkserve_fabric_subnets",
+    "sparkserve_rdma_sysfs_root",
+    "sparkserve_management_subnet",
+)
+
+# The same value on every host: these describe the cluster, not one node.
+_CLUSTER_WIDE = (
+    "sparkserve_fabric_mtu",
+    "sparkserve_fabric_interfaces",
+    "sparkserve_rdma_devices",
+    "sparkserve_fabric_subnets",
+    "sparkserve_rdma_sysfs_root",
+    "sparkserve_management_subnet",
+    "sparkserve_world_size",
+    "sparkserve_head_fabric_ip",
+)
+
+_PREFIX = "inventory: "
+_HOST_LABEL = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+_WHERE_FABRIC_IPS = "fabric_ips in a .sparks.yml, sparkserve_fabric_ips in a YAML inventory"
+_WHERE_HEAD = "head: true on one node of a .sparks.yml, one host in the head group of a YAML inventory"
+
+
+@dataclass
+class Twin:
+    """One of the two PCIe halves of a Spark's QSFP port, on its own subnet."""
+
+    interface: str
+    rdma_device: str
+    subnet: str
+
+
+@dataclass
+class Node:
+    """One Spark: its management address, rank and one fabric address per twin."""
+
+    name: str
+    address: str
+    rank: int
+    fabric_ips: list[str]
+    head: bool
+
+
+@dataclass
+class Cluster:
+    """Every Spark of one deployment and the fabric that joins them."""
+
+    nodes: list[Node]
+    twins: list[Twin]
+    mtu: int
+    management_subnet: str | None
+    rdma_sysfs_root: str
+
+
+# --- validation ---------------------------------------------------------------
+
+
+def validate_cluster(cluster: Cluster) -> list[str]:
+    """Every problem of the cluster, one message each (empty when it is sound).
+
+    Each message names the field, the bad value and the fix.
+    """
+    problems: list[str] = []
+    _check_mtu(cluster.mtu, problems)
+    _check_sysfs_root(cluster.rdma_sysfs_root, problems)
+    management = _check_management_subnet(cluster.management_subnet, problems)
+    subnets = _check_twins(cluster.twins, management, problems)
+    _check_nodes(cluster, subnets, management, problems)
+    return problems
+
+
+def _twin_label(index: int, twin: Twin) -> str:
+    if isinstance(twin.interface, str) and twin.interface:
+        return f"twin {index + 1} ({twin.interface})"
+    return f"twin {index + 1}"
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _parse_address(value: Any) -> IPAddress | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return ipaddress.ip_address(value)
+    except ValueError:
+        return None
+
+
+def _looks_numeric(value: str) -> bool:
+    """True for what can only be meant as an IP address (digits and dots, or a colon)."""
+    return ":" in value or bool(re.fullmatch(r"[0-9.]+", value))
+
+
+def _is_host_name(value: str) -> bool:
+    labels = value.rstrip(".").split(".")
+    return len(value) <= 253 and all(_HOST_LABEL.match(label) for label in labels)
+
+
+def _check_mtu(mtu: Any, problems: list[str]) -> None:
+    fix = (f"set sparkserve_fabric_mtu (fabric.mtu in a .sparks.yml) to a whole number in {MTU_MIN}..{MTU_MAX}: "
+           "9000, the Spark community default, or 1500")
+    if not _is_int(mtu):
+        problems.append(f"{_PREFIX}fabric MTU {mtu!r} is not a whole number; {fix}.")
+    elif not MTU_MIN <= mtu <= MTU_MAX:
+        problems.append(f"{_PREFIX}fabric MTU {mtu} is outside {MTU_MIN}..{MTU_MAX}; {fix}.")
+
+
+def _check_sysfs_root(root: Any, problems: list[str]) -> None:
+    if not isinstance(root, str) or not root.startswith("/"):
+        problems.append(
+            f"{_PREFIX}RDMA sysfs root {root!r} is not an absolute path; set sparkserve_rdma_sysfs_root "
+            f"(fabric.rdma_sysfs_root in a .sparks.yml) to {DEFAULT_RDMA_SYSFS_ROOT}, as on a real Spark."
+        )
+
+
+def _parse_network(value: Any, field: str, example: str, problems: list[str]) -> IPNetwork | None:
+    """The network value names, or None after recording why it is not one.
+
+    ``field`` names the value where ``{value}`` stands, for example
+    ``"subnet {value} of twin 1 (enp1s0f1np1)"``.
+    """
+    where = _PREFIX + field.format(value=repr(value))
+    if not isinstance(value, str) or not value:
+        problems.append(f"{where} is not a CIDR; write it as network/prefix, for example {example}.")
+        return None
+    try:
+        return ipaddress.ip_network(value, strict=True)
+    except ValueError:
+        pass
+    try:
+        loose = ipaddress.ip_network(value, strict=False)
+    except ValueError:
+        problems.append(f"{where} is not a valid CIDR; write it as network/prefix, for example {example}.")
+        return None
+    problems.append(f"{_PREFIX}{field.format(value=value)} has host bits set; write the network itself, {loose}.")
+    return None
+
+
+def _check_management_subnet(subnet: str | None, problems: list[str]) -> IPNetwork | None:
+    if subnet is None:
+        return None
+    return _parse_network(subnet, "management subnet {value} (sparkserve_management_subnet, management_subnet in a "
+                          ".sparks.yml)", "192.168.1.0/24", problems)
+
+
+def _check_twins(twins: list[Twin], management: IPNetwork | None, problems: list[str]) -> list[IPNetwork | None]:
+    """Check the twins; return each twin's network (None where its subnet is bad)."""
+    if not twins:
+        problems.append(
+            f"{_PREFIX}the fabric has no twins; list each twin with its interface, RDMA device and subnet "
+            "(a Spark's are enp1s0f1np1/rocep1s0f1 and enP2p1s0f1np1/roceP2p1s0f1, each on its own subnet)."
+        )
+    subnets: list[IPNetwork | None] = []
+    for index, twin in enumerate(twins):
+        label = _twin_label(index, twin)
+        for value, what, fix in (
+            (twin.interface, "interface", "the twin's Ethernet interface (enp1s0f1np1 or enP2p1s0f1np1 on a Spark)"),
+            (twin.rdma_device, "RDMA device", "the twin's RoCE device (rocep1s0f1 or roceP2p1s0f1 on a Spark)"),
+        ):
+            if value is None or (isinstance(value, str) and not value.strip()):
+                problems.append(f"{_PREFIX}{label} has an empty {what} name; set it to {fix}.")
+            elif not isinstance(value, str):
+                problems.append(f"{_PREFIX}{label} has {what} {value!r}, not a name; set it to {fix}.")
+        field = "subnet {value} of " + label.replace("{", "{{").replace("}", "}}")
+        subnets.append(_parse_network(twin.subnet, field, f"192.168.{100 + index}.0/24", problems))
+    for attr, what in (("interface", "interface"), ("rdma_device", "RDMA device")):
+        seen: dict[str, int] = {}
+        for index, twin in enumerate(twins):
+            value = getattr(twin, attr)
+            if not isinstance(value, str) or not value.strip():
+                continue
+            if value in seen:
+                problems.append(f"{_PREFIX}twins {seen[value] + 1} and {index + 1} both use {what} {value}; "
+                                f"give each twin its own {what}.")
+            else:
+                seen[value] = index
+    for i, first in enumerate(subnets):
+        for j in range(i + 1, len(subnets)):
+            second = subnets[j]
+            if first is not None and second is not None and first.overlaps(second):
+                problems.append(
+                    f"{_PREFIX}subnet {first} of {_twin_label(i, twins[i])} overlaps subnet {second} of "
+                    f"{_twin_label(j, twins[j])}; put each twin on its own subnet."
+                )
+        if first is not None and management is not None and first.overlaps(management):
+            problems.append(
+                f"{_PREFIX}subnet {first} of {_twin_label(i, twins[i])} overlaps the management subnet {management}; "
+                "give the fabric subnets apart from the management network."
+            )
+    return subnets
+
+
+def _check_nodes(cluster: Cluster, subnets: list[IPNetwork | None], management: IPNetwork | None,
+                 problems: list[str]) -> None:
+    nodes = cluster.nodes
+    if not nodes:
+        problems.append(f"{_PREFIX}the cluster has no nodes; list at least one Spark "
+                        "(nodes in a .sparks.yml, hosts of the sparks group in a YAML inventory).")
+        return
+    _check_names(nodes, problems)
+    _check_ranks(nodes, problems)
+    _check_heads(nodes, problems)
+    _check_management_addresses(nodes, management, problems)
+    _check_fabric_addresses(cluster, subnets, management, problems)
+
+
+def _check_names(nodes: list[Node], problems: list[str]) -> None:
+    counts: dict[str, int] = {}
+    for index, node in enumerate(nodes):
+        if not isinstance(node.name, str) or not node.name.strip():
+            problems.append(f"{_PREFIX}node {index + 1} has no name; give every Spark its inventory name.")
+            continue
+        counts[node.name] = counts.get(node.name, 0) + 1
+    for name, count in counts.items():
+        if count > 1:
+            problems.append(f"{_PREFIX}node name {name} appears {count} times; give each Spark its own name.")
+
+
+def _check_ranks(nodes: list[Node], problems: list[str]) -> None:
+    holders: dict[int, list[str]] = {}
+    for node in nodes:
+        if not _is_int(node.rank):
+            problems.append(f"{_PREFIX}{node.name}: rank (sparkserve_rank) {node.rank!r} is not a whole number; "
+                            f"number the nodes 0..{len(nodes) - 1}, the head 0.")
+            continue
+        holders.setdefault(node.rank, []).append(node.name)
+    for rank, names in sorted(holders.items()):
+        if len(names) > 1:
+            problems.append(f"{_PREFIX}rank {rank} is held by {' and '.join(names)}; give each node its own rank, "
+                            f"0..{len(nodes) - 1}.")
+    ranks = sorted(holders)
+    if all(_is_int(node.rank) for node in nodes) and ranks != list(range(len(nodes))):
+        shown = ", ".join(str(node.rank) for node in sorted(nodes, key=lambda n: n.rank))
+        problems.append(f"{_PREFIX}ranks (sparkserve_rank) are {shown} but {len(nodes)} nodes need exactly "
+                        f"0..{len(nodes) - 1}; number the nodes 0..{len(nodes) - 1} with the head at 0.")
+
+
+def _check_heads(nodes: list[Node], problems: list[str]) -> None:
+    heads = [node for node in nodes if node.head]
+    if not heads:
+        problems.append(f"{_PREFIX}no node is the head; mark exactly one ({_WHERE_HEAD}) and give it rank 0.")
+    elif len(heads) > 1:
+        problems.append(f"{_PREFIX}{len(heads)} nodes are marked head ({', '.join(n.name for n in heads)}); "
+                        f"mark exactly one ({_WHERE_HEAD}).")
+    if len(heads) == 1 and _is_int(heads[0].rank) and heads[0].rank != 0:
+        head = heads[0]
+        problems.append(f"{_PREFIX}{head.name}: the head has rank {head.rank}; the head must be rank 0, "
+                        "give it rank 0 and the workers 1 and up.")
+
+
+def _check_management_addresses(nodes: list[Node], management: IPNetwork | None, problems: list[str]) -> None:
+    holders: dict[str, list[str]] = {}
+    for node in nodes:
+        address = node.address
+        where = f"{_PREFIX}{node.name}: management address (ansible_host, address in a .sparks.yml)"
+        if not isinstance(address, str) or not address.strip():
+            problems.append(f"{where} is empty; set it to the address Ansible reaches the node on (enP7s7).")
+            continue
+        parsed = _parse_address(address)
+        if parsed is None:
+            if _looks_numeric(address) or not _is_host_name(address):
+                problems.append(f"{where} {address!r} is not a valid IP address or host name; "
+                                "write it like 192.168.1.21.")
+                continue
+        elif management is not None and parsed not in management:
+            problems.append(f"{where} {address} is outside the management subnet {management}; "
+                            "fix the address or the management subnet.")
+        key = str(parsed) if parsed is not None else address.lower()
+        holders.setdefault(key, []).append(node.name)
+    for address, names in holders.items():
+        if len(names) > 1:
+            problems.append(f"{_PREFIX}management address {address} is used by {' and '.join(names)}; "
+                            "give each Spark its own management address.")
+
+
+def _check_fabric_addresses(cluster: Cluster, subnets: list[IPNetwork | None], management: IPNetwork | None,
+                            problems: list[str]) -> None:
+    twins = cluster.twins
+    holders: dict[IPAddress, list[str]] = {}
+    for node in cluster.nodes:
+        ips = node.fabric_ips
+        if not isinstance(ips, list) or not all(isinstance(ip, str) for ip in ips):
+            problems.append(f"{_PREFIX}{node.name}: fabric addresses {ips!r} are not a list of addresses; "
+                            f"give one per twin, in twin order ({_WHERE_FABRIC_IPS}).")
+            continue
+        if len(ips) != len(twins):
+            problems.append(
+                f"{_PREFIX}{node.name}: has {len(ips)} fabric address{'es' if len(ips) != 1 else ''} "
+                f"({', '.join(ips) or 'none'}) for {len(twins)} twin{'s' if len(twins) != 1 else ''}; "
+                f"give exactly one per twin, in twin order ({_WHERE_FABRIC_IPS})."
+            )
+        management_ip = _parse_address(node.address)
+        for index, (twin, subnet, ip) in enumerate(zip(twins, subnets, ips)):
+            label = _twin_label(index, twin)
+            if ip == "":
+                if subnet is not None:  # a twin whose subnet is bad is reported once, for the subnet
+                    problems.append(f"{_PREFIX}{node.name}: {label} has no fabric address; "
+                                    f"give it one in {subnet} ({_WHERE_FABRIC_IPS}).")
+                continue
+            parsed = _parse_address(ip)
+            if parsed is None:
+                example = f" in {subnet}" if subnet is not None else ""
+                problems.append(f"{_PREFIX}{node.name}: fabric address {ip!r} of {label} is not a valid IP address; "
+                                f"give it an address{example}.")
+                continue
+            if subnet is not None and parsed not in subnet:
+                problems.append(f"{_PREFIX}{node.name}: fabric address {ip} of {label} is outside its subnet "
+                                f"{subnet}; give it an address in that subnet.")
+            if management is not None and parsed in management:
+                problems.append(f"{_PREFIX}{node.name}: fabric address {ip} of {label} is inside the management "
+                                f"subnet {management}; the fabric must not share the management network, "
+                                "give it an address in its twin's subnet.")
+            if management_ip is not None and parsed == management_ip:
+                problems.append(f"{_PREFIX}{node.name}: management address (ansible_host) {node.address} is also "
+                                f"the fabric address of {label}; set ansible_host to the node's management "
+                                "address (enP7s7), not a fabric one.")
+            holders.setdefault(parsed, []).append(f"{node.name} ({label})")
+    for ip, users in holders.items():
+        if len(users) > 1:
+            problems.append(f"{_PREFIX}fabric address {ip} is used by {' and '.join(users)}; "
+                            "give every node and twin its own fabric address.")
+
+
+# --- host variables -------------------------------------------------------------
+
+
+def cluster_groups(cluster: Cluster) -> dict[str, list[str]]:
+    """The inventory groups: ``sparks`` (all, by rank), ``head`` and ``workers`` (by rank)."""
+    ordered = sorted(cluster.nodes, key=lambda node: (node.rank if _is_int(node.rank) else len(cluster.nodes)))
+    return {
+        GROUP_ALL: [node.name for node in ordered],
+        GROUP_HEAD: [node.name for node in ordered if node.head],
+        GROUP_WORKERS: [node.name for node in ordered if not node.head],
+    }
+
+
+def cluster_hostvars(cluster: Cluster) -> dict[str, dict]:
+    """The contract's host variables of every node, by node name."""
+    heads = [node for node in cluster.nodes if node.head]
+    head_fabric_ip = heads[0].fabric_ips[0] if len(heads) == 1 and heads[0].fabric_ips else None
+    shared: dict[str, Any] = {
+        "sparkserve_world_size": len(cluster.nodes),
+        "sparkserve_head_fabric_ip": head_fabric_ip,
+        "sparkserve_fabric_mtu": cluster.mtu,
+        "sparkserve_fabric_interfaces": [twin.interface for twin in cluster.twins],
+        "sparkserve_rdma_devices": [twin.rdma_device for twin in cluster.twins],
+        "sparkserve_fabric_subnets": [twin.subnet for twin in cluster.twins],
+        "sparkserve_rdma_sysfs_root": cluster.rdma_sysfs_root,
+    }
+    if cluster.management_subnet is not None:
+        shared["sparkserve_management_subnet"] = cluster.management_subnet
+    result: dict[str, dict] = {}
+    for node in cluster.nodes:
+        hostvars: dict[str, Any] = {
+            "ansible_host": node.address,
+            "sparkserve_rank": node.rank,
+            "sparkserve_fabric_ip": node.fabric_ips[0] if node.fabric_ips else None,
+            "sparkserve_fabric_ips": list(node.fabric_ips),
+        }
+        for key, value in shared.items():
+            hostvars[key] = list(value) if isinstance(value, list) else value
+        result[node.name] = hostvars
+    return result
+
+
+def _as_int(value: Any) -> int | None:
+    if _is_int(value):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"\s*-?[0-9]+\s*", value):
+        return int(value)
+    return None
+
+
+def _as_str_list(value: Any) -> list[str] | None:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        return None
+    if not all(isinstance(item, str) for item in value):
+        return None
+    return [str(item) for item in value]
+
+
+def cluster_from_hostvars(names: list[str], hostvars: dict, head_names: list[str]) -> Cluster:
+    """Build the cluster from a plain YAML inventory's host variables.
+
+    ``names`` are the hosts of the ``sparks`` group, ``head_names`` those of the
+    ``head`` group. Raises ValueError naming every host and variable that is
+    missing, malformed, or disagrees with the rest of the cluster. The topology
+    rules themselves are ``validate_cluster``'s. A host without ``ansible_host``
+    is reached by its name, as Ansible does; ``sparkserve_rdma_sysfs_root``
+    defaults to /sys/class/infiniband and ``sparkserve_management_subnet`` is
+    optional.
+    """
+    problems: list[str] = []
+    unknown_heads = [name for name in head_names if name not in names]
+    if unknown_heads:
+        problems.append(f"{_PREFIX}the head group names {', '.join(unknown_heads)}, not in the sparks group; "
+                        "put the head in the sparks group too.")
+
+    present: list[tuple[str, Mapping]] = []
+    for name in names:
+        variables = hostvars.get(name) if isinstance(hostvars, Mapping) else None
+        if not isinstance(variables, Mapping):
+            problems.append(f"{_PREFIX}{name}: has no host variables; define the host in the inventory.")
+            continue
+        present.append((name, variables))
+
+    def missing(name: str, var: str, what: str) -> None:
+        problems.append(f"{_PREFIX}{name}: {var} is missing; set it to {what}.")
+
+    def malformed(name: str, var: str, value: Any, what: str) -> None:
+        problems.append(f"{_PREFIX}{name}: {var} is {value!r}; set it to {what}.")
+
+    required_wide = {
+        "sparkserve_fabric_mtu": "the fabric MTU, a whole number (9000)",
+        "sparkserve_fabric_interfaces": "the list of the twins' interfaces ([enp1s0f1np1, enP2p1s0f1np1])",
+        "sparkserve_rdma_devices": "the list of the twins' RDMA devices ([rocep1s0f1, roceP2p1s0f1])",
+        "sparkserve_fabric_subnets": "the list of the twins' subnets ([192.168.100.0/24, 192.168.101.0/24])",
+        "sparkserve_world_size": f"the number of nodes ({len(names)})",
+        "sparkserve_head_fabric_ip": "the head's twin 1 fabric address",
+    }
+    wide: dict[str, Any] = {}
+    wide_from: dict[str, str] = {}
+    for name, variables in present:
+        for var in _CLUSTER_WIDE:
+            if var not in variables:
+                if var in required_wide:
+                    missing(name, var, required_wide[var])
+                continue
+            value = variables[var]
+            if var not in wide:
+                wide[var], wide_from[var] = value, name
+            elif value != wide[var]:
+                problems.append(f"{_PREFIX}{name}: {var} is {value!r} but {wide_from[var]} has {wide[var]!r}; "
+                                "it describes the cluster, give every host the same value.")
+
+    mtu: Any = wide.get("sparkserve_fabric_mtu")
+    if "sparkserve_fabric_mtu" in wide:
+        parsed_mtu = _as_int(mtu)
+        if parsed_mtu is None:
+            malformed(wide_from["sparkserve_fabric_mtu"], "sparkserve_fabric_mtu", mtu, "a whole number (9000)")
+        else:
+            mtu = parsed_mtu
+
+    lists: dict[str, list[str]] = {}
+    for var in ("sparkserve_fabric_interfaces", "sparkserve_rdma_devices", "sparkserve_fabric_subnets"):
+        if var in wide:
+            value = _as_str_list(wide[var])
+            if value is None:
+                malformed(wide_from[var], var, wide[var], required_wide[var])
+            else:
+                lists[var] = value
+    if len(lists) == 3 and len({len(value) for value in lists.values()}) != 1:
+        problems.append(
+            f"{_PREFIX}the twin lists differ in length: {len(lists['sparkserve_fabric_interfaces'])} interfaces, "
+            f"{len(lists['sparkserve_rdma_devices'])} RDMA devices, {len(lists['sparkserve_fabric_subnets'])} subnets; "
+            "give sparkserve_fabric_interfaces, sparkserve_rdma_devices and sparkserve_fabric_subnets one entry per twin."
+        )
+
+    sysfs_root = wide.get("sparkserve_rdma_sysfs_root", DEFAULT_RDMA_SYSFS_ROOT)
+    management_subnet = wide.get("sparkserve_management_subnet")
+    if management_subnet is not None:
+        management_subnet = str(management_subnet)
+
+    nodes: list[Node] = []
+    for name, variables in present:
+        rank: Any = None
+        if "sparkserve_rank" not in variables:
+            missing(name, "sparkserve_rank", "the node's rank, 0 for the head")
+        else:
+            rank = _as_int(variables["sparkserve_rank"])
+            if rank is None:
+                malformed(name, "sparkserve_rank", variables["sparkserve_rank"], "the node's rank, a whole number")
+        fabric_ips: list[str] = []
+        if "sparkserve_fabric_ips" not in variables:
+            missing(name, "sparkserve_fabric_ips", "the node's fabric addresses, one per twin")
+        else:
+            value = _as_str_list(variables["sparkserve_fabric_ips"])
+            if value is None:
+                malformed(name, "sparkserve_fabric_ips", variables["sparkserve_fabric_ips"],
+                          "a list of the node's fabric addresses, one per twin")
+            else:
+                fabric_ips = value
+        if "sparkserve_fabric_ip" not in variables:
+            missing(name, "sparkserve_fabric_ip", "the node's twin 1 fabric address (the first of sparkserve_fabric_ips)")
+        elif fabric_ips and variables["sparkserve_fabric_ip"] != fabric_ips[0]:
+            malformed(name, "sparkserve_fabric_ip", variables["sparkserve_fabric_ip"],
+                      f"{fabric_ips[0]}, the first of sparkserve_fabric_ips")
+        address = variables.get("ansible_host", name)
+        nodes.append(Node(name=name, address=str(address), rank=rank, fabric_ips=fabric_ips,
+                          head=name in head_names))
+
+    world_size = wide.get("sparkserve_world_size")
+    if world_size is not None and _as_int(world_size) != len(names):
+        malformed(wide_from["sparkserve_world_size"], "sparkserve_world_size", world_size,
+                  f"{len(names)}, the number of hosts in the sparks group")
+    heads = [node for node in nodes if node.head]
+    head_ip = wide.get("sparkserve_head_fabric_ip")
+    if head_ip is not None and len(heads) == 1 and heads[0].fabric_ips and head_ip != heads[0].fabric_ips[0]:
+        malformed(wide_from["sparkserve_head_fabric_ip"], "sparkserve_head_fabric_ip", head_ip,
+                  f"{heads[0].fabric_ips[0]}, the twin 1 fabric address of the head {heads[0].name}")
+
+    if problems:
+        raise ValueError("\n".join(problems))
+    twins = [Twin(interface=interface, rdma_device=device, subnet=subnet) for interface, device, subnet in zip(
+        lists["sparkserve_fabric_interfaces"], lists["sparkserve_rdma_devices"], lists["sparkserve_fabric_subnets"])]
+    return Cluster(nodes=nodes, twins=twins, mtu=mtu, management_subnet=management_subnet,
+                   rdma_sysfs_root=str(sysfs_root))

@@ -1,0 +1,88 @@
+#!/usr/bin/python3
+"""Validate the cluster an inventory describes, whatever its format."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: cluster_check
+short_description: Validate the Spark cluster of an inventory (ranks, head, fabric addresses, MTU)
+version_added: "0.1.0"
+description:
+  - Builds the cluster from the hosts' variables (as the spark_cluster inventory plugin writes them, or
+    as a plain YAML inventory carries them) and applies the same topology rules to both.
+  - Fails with one message per problem, each naming the host, the variable, the bad value and the fix.
+  - Changes nothing; run it on the controller (C(delegate_to: localhost), C(run_once: true)).
+options:
+  hosts:
+    description: Inventory names of the cluster's nodes (the C(sparks) group).
+    type: list
+    elements: str
+    required: true
+  head:
+    description: Inventory names in the C(head) group.
+    type: list
+    elements: str
+    required: true
+  hostvars:
+    description: The nodes' variables, by name (the C(sparkserve_*) variables and C(ansible_host)).
+    type: dict
+    required: true
+author:
+  - sparkserve
+"""
+
+EXAMPLES = r"""
+- name: Validate the inventory's cluster
+  sparkserve.deploy.cluster_check:
+    hosts: "{{ groups['sparks'] }}"
+    head: "{{ groups['head'] | default([]) }}"
+    hostvars: "{{ dict(groups['sparks'] | zip(groups['sparks'] | map('extract', hostvars))) }}"
+  delegate_to: localhost
+  run_once: true
+"""
+
+RETURN = r"""
+cluster:
+  description: The validated cluster, nodes in rank order.
+  returned: success
+  type: dict
+  contains:
+    nodes:
+      description: Name, management address, rank, fabric addresses and head flag of each node.
+      type: list
+      elements: dict
+    mtu:
+      description: Fabric MTU.
+      type: int
+"""
+
+from dataclasses import asdict
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkserve.deploy.plugins.module_utils.cluster import cluster_from_hostvars, validate_cluster
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "hosts": {"type": "list", "elements": "str", "required": True},
+            "head": {"type": "list", "elements": "str", "required": True},
+            "hostvars": {"type": "dict", "required": True},
+        },
+        supports_check_mode=True,
+    )
+    try:
+        cluster = cluster_from_hostvars(module.params["hosts"], module.params["hostvars"], module.params["head"])
+    except ValueError as err:
+        module.fail_json(msg=str(err))
+    problems = validate_cluster(cluster)
+    if problems:
+        module.fail_json(msg="\n".join(problems), problems=problems)
+    result = asdict(cluster)
+    result["nodes"] = sorted(result["nodes"], key=lambda node: node["rank"])
+    module.exit_json(changed=False, cluster=result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,280 @@
+#!/usr/bin/python3
+"""Check that a Spark can take a deployment, before anything on it changes."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: host_preflight
+short_description: Check a node can take a deployment (memory, GPU, driver, disk, ports)
+version_added: "0.1.0"
+description:
+  - Reads C(/proc/meminfo), asks C(nvidia-smi) for the driver version and the running compute processes,
+    measures free disk where the weights go, and finds the process that holds each engine port.
+  - Resources held by this deployment's own containers (a deployment already serving) are not
+    counted against it, and the memory floor applies only while none of its containers runs.
+  - Changes nothing; runs the same in check mode.
+options:
+  deployment:
+    description: Name of the deployment; its containers carry the label C(sparkserve.deployment=NAME).
+    type: str
+    required: true
+  min_available_bytes:
+    description: MemAvailable must be at least this before a launch.
+    type: int
+    required: true
+  driver_prefixes:
+    description: Allowed NVIDIA driver versions, as prefixes (C(580.) allows 580.x).
+    type: list
+    elements: str
+    default: []
+  ports:
+    description: TCP ports the engine will listen on; each must be free.
+    type: list
+    elements: int
+    default: []
+  disk_path:
+    description: Where the weights go; the nearest existing parent is measured.
+    type: path
+    required: true
+  min_free_disk_bytes:
+    description: Free space needed at O(disk_path).
+    type: int
+    default: 0
+  meminfo_path:
+    description: The meminfo file to read.
+    type: path
+    default: /proc/meminfo
+  nvidia_smi:
+    description: The nvidia-smi program.
+    type: str
+    default: nvidia-smi
+author:
+  - sparkserve
+"""
+
+EXAMPLES = r"""
+- name: Check the node can take the deployment
+  sparkserve.deploy.host_preflight:
+    deployment: glm53-tp2
+    min_available_bytes: "{{ 100 * 1024 ** 3 }}"
+    driver_prefixes: ["580."]
+    ports: [30198, 29501]
+    disk_path: /var/lib/sparkserve/models
+    min_free_disk_bytes: "{{ 200 * 1024 ** 3 }}"
+"""
+
+RETURN = r"""
+problems:
+  description: Every check that failed, one message each, naming the value found and the fix.
+  returned: always
+  type: list
+  elements: str
+mem_available_bytes:
+  description: MemAvailable from meminfo.
+  returned: always
+  type: int
+driver_version:
+  description: The NVIDIA driver version nvidia-smi reports.
+  returned: always
+  type: str
+gpu_processes:
+  description: Compute processes on the GPU that are not this deployment's.
+  returned: always
+  type: list
+  elements: dict
+own_containers:
+  description: IDs of this deployment's running containers on the node.
+  returned: always
+  type: list
+  elements: str
+free_disk_bytes:
+  description: Free bytes at the weights path.
+  returned: always
+  type: int
+port_holders:
+  description: Busy engine ports and who holds them (port -> process description).
+  returned: always
+  type: dict
+"""
+
+import os
+import re
+import shutil
+import subprocess
+from typing import Callable, Sequence
+
+from ansible.module_utils.basic import AnsibleModule
+
+Runner = Callable[[Sequence[str]], "tuple[int, str, str]"]
+GIB = 1024**3
+
+
+def run(argv: Sequence[str]) -> tuple[int, str, str]:
+    try:
+        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=30, check=False)
+    except FileNotFoundError:
+        return 127, "", f"{argv[0]}: not found"
+    except subprocess.TimeoutExpired:
+        return 124, "", f"{argv[0]}: no answer in 30 s"
+    return done.returncode, done.stdout, done.stderr
+
+
+def mem_available(meminfo: str) -> int:
+    """MemAvailable in bytes from the text of /proc/meminfo."""
+    match = re.search(r"^MemAvailable:\s+(\d+)\s*kB", meminfo, re.MULTILINE)
+    if not match:
+        raise ValueError("meminfo has no MemAvailable line")
+    return int(match.group(1)) * 1024
+
+
+def own_containers(deployment: str, runner: Runner = run) -> list[str]:
+    """Full IDs of this deployment's running containers (none where docker is absent)."""
+    rc, out, _ = runner(["docker", "ps", "--no-trunc", "--quiet", "--filter", f"label=sparkserve.deployment={deployment}"])
+    return out.split() if rc == 0 else []
+
+
+def pid_in_containers(pid: int, container_ids: Sequence[str], proc: str = "/proc") -> bool:
+    """Whether a process runs inside one of the given containers (by its cgroup)."""
+    try:
+        with open(f"{proc}/{pid}/cgroup", encoding="utf-8") as handle:
+            cgroups = handle.read()
+    except OSError:
+        return False
+    return any(cid in cgroups for cid in container_ids)
+
+
+def gpu_processes(nvidia_smi: str, runner: Runner = run) -> tuple[list[dict[str, str]], str | None]:
+    """Compute processes on the GPU, or the error that kept nvidia-smi from answering."""
+    rc, out, err = runner([nvidia_smi, "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader"])
+    if rc != 0:
+        return [], (out + err).strip() or f"exit {rc}"
+    found = []
+    for line in out.splitlines():
+        cells = [cell.strip() for cell in line.split(",")]
+        if len(cells) >= 2 and cells[0].isdigit():
+            found.append({"pid": cells[0], "name": cells[1], "used_memory": cells[2] if len(cells) > 2 else ""})
+    return found, None
+
+
+def driver_version(nvidia_smi: str, runner: Runner = run) -> tuple[str, str | None]:
+    rc, out, err = runner([nvidia_smi, "--query-gpu=driver_version", "--format=csv,noheader"])
+    if rc != 0:
+        return "", (out + err).strip() or f"exit {rc}"
+    return (out.strip().splitlines() or [""])[0].strip(), None
+
+
+def free_disk(path: str) -> tuple[str, int]:
+    """Free bytes at the nearest existing parent of path."""
+    probe = os.path.abspath(path)
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    return probe, shutil.disk_usage(probe).free
+
+
+def port_holders(ports: Sequence[int], runner: Runner = run) -> dict[int, dict[str, str]]:
+    """For each busy port, the process holding it (name and pid, when ss can tell)."""
+    rc, out, _ = runner(["ss", "-Htlnp"])
+    if rc != 0:
+        return {}
+    held: dict[int, dict[str, str]] = {}
+    for line in out.splitlines():
+        fields = line.split()
+        if len(fields) < 4:
+            continue
+        local = fields[3]
+        port_text = local.rsplit(":", 1)[-1]
+        if not port_text.isdigit() or int(port_text) not in ports:
+            continue
+        users = re.search(r'users:\(\("([^"]+)",pid=(\d+)', line)
+        held[int(port_text)] = {"process": users.group(1), "pid": users.group(2)} if users else {"process": "unknown", "pid": ""}
+    return held
+
+
+def check(params: dict, runner: Runner = run, proc: str = "/proc") -> dict:
+    """Run every check; return the facts found and the problems."""
+    problems: list[str] = []
+    ours = own_containers(params["deployment"], runner)
+
+    with open(params["meminfo_path"], encoding="utf-8") as handle:
+        available = mem_available(handle.read())
+    floor = params["min_available_bytes"]
+    if not ours and available < floor:
+        problems.append(
+            f"MemAvailable is {available / GIB:.1f} GiB, below the recipe's floor of {floor / GIB:.1f} GiB "
+            "(memory.min_available_gib); stop what holds the memory (or drop caches) and run again."
+        )
+
+    processes, smi_error = gpu_processes(params["nvidia_smi"], runner)
+    foreign = [p for p in processes if not pid_in_containers(int(p["pid"]), ours, proc)]
+    if smi_error is not None:
+        problems.append(f"nvidia-smi failed: {smi_error}; check the NVIDIA driver on this node.")
+    for p in foreign:
+        problems.append(
+            f"a GPU compute process is already running: pid {p['pid']} ({p['name']}, {p['used_memory']}); "
+            "stop it before launching (a second engine would not fit)."
+        )
+
+    version, version_error = ("", None) if smi_error else driver_version(params["nvidia_smi"], runner)
+    prefixes = params["driver_prefixes"]
+    if version_error is not None:
+        problems.append(f"nvidia-smi could not report the driver version: {version_error}.")
+    elif prefixes and not smi_error and not any(version.startswith(prefix) for prefix in prefixes):
+        problems.append(
+            f"NVIDIA driver {version} is not in the recipe's allowed set {prefixes} (host.driver_versions); "
+            "install an allowed driver (590.x deadlocks CUDA-graph capture on GB10; use 580.x)."
+        )
+
+    measured, free = free_disk(params["disk_path"])
+    need = params["min_free_disk_bytes"]
+    if free < need:
+        problems.append(
+            f"{measured} has {free / GIB:.1f} GiB free, the weights need {need / GIB:.1f} GiB "
+            "(host.min_free_disk_gib); free space or point the weights elsewhere."
+        )
+
+    holders = port_holders(params["ports"], runner)
+    for port, holder in sorted(holders.items()):
+        if holder["pid"] and pid_in_containers(int(holder["pid"]), ours, proc):
+            continue
+        problems.append(
+            f"port {port} is held by {holder['process']} (pid {holder['pid'] or '?'}); "
+            "stop it or choose another port in the recipe (launch.*_port)."
+        )
+
+    return {
+        "problems": problems,
+        "mem_available_bytes": available,
+        "driver_version": version,
+        "gpu_processes": foreign,
+        "own_containers": ours,
+        "free_disk_bytes": free,
+        "port_holders": {str(port): holder for port, holder in holders.items()},
+    }
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "deployment": {"type": "str", "required": True},
+            "min_available_bytes": {"type": "int", "required": True},
+            "driver_prefixes": {"type": "list", "elements": "str", "default": []},
+            "ports": {"type": "list", "elements": "int", "default": []},
+            "disk_path": {"type": "path", "required": True},
+            "min_free_disk_bytes": {"type": "int", "default": 0},
+            "meminfo_path": {"type": "path", "default": "/proc/meminfo"},
+            "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
+        },
+        supports_check_mode=True,
+    )
+    try:
+        result = check(module.params)
+    except (OSError, ValueError) as err:
+        module.fail_json(msg=f"preflight could not read this node: {err}")
+    if result["problems"]:
+        module.fail_json(msg="; ".join(result["problems"]), changed=False, **result)
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,214 @@
+#!/usr/bin/python3
+"""Validate a recipe for a cluster and render every rank's engine command line."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: recipe_render
+short_description: Validate a recipe and render each rank's container name, command line, environment and ports
+version_added: "0.1.0"
+description:
+  - Checks a recipe (loaded from C(recipes/NAME.yml) by the caller) against the recipe schema, fills its
+    defaults, and checks it against the cluster (parallel sizes against the node count, load format,
+    Hugging Face token of a gated model).
+  - Fails with every problem found, one per line, each naming the field, the bad value and the fix.
+  - Otherwise returns the recipe with its defaults and, for each rank given, the container name, the engine's
+    argument vector, the container environment and the ports the rank listens on.
+  - Changes nothing and runs the same in check mode. Run it on the controller, delegated to C(localhost).
+  - The schema is documented field by field in C(recipes/README.md).
+options:
+  recipe:
+    description: The recipe, as loaded from its YAML file.
+    type: dict
+    required: true
+  name:
+    description: The recipe's name (its file name without C(.yml)); it must equal the recipe's C(name).
+    type: str
+    required: true
+  deployment:
+    description: Name of the deployment; container names are made from it.
+    type: str
+    required: true
+  world_size:
+    description: Number of nodes the deployment runs on.
+    type: int
+    required: true
+  ranks:
+    description: The ranks to render.
+    type: list
+    elements: dict
+    required: true
+    suboptions:
+      rank:
+        description: The node's rank, from 0 (the head) to O(world_size) - 1.
+        type: int
+        required: true
+      head_fabric_ip:
+        description: The head's fabric address, where the ranks meet.
+        type: str
+        required: true
+      fabric_env:
+        description: The node's fabric environment (C(VLLM_HOST_IP), C(NCCL_SOCKET_IFNAME), ...); it wins over
+          the recipe's C(env).
+        type: dict
+        default: {}
+  hf_token_present:
+    description: Whether a Hugging Face token is configured (C(weights_hf_token) or C(HF_TOKEN)).
+    type: bool
+    default: false
+  variables:
+    description:
+      - Values of the variables the recipe names in C(image_from), C(model.revision_from) and
+        C(draft_model.revision_from), by variable name.
+      - A named variable missing here is an error.
+    type: dict
+    default: {}
+attributes:
+  check_mode:
+    support: full
+    description: Changes nothing in any mode.
+  diff_mode:
+    support: none
+    description: There is nothing to compare.
+author:
+  - sparkserve
+"""
+
+EXAMPLES = r"""
+- name: Render both ranks of a two-node deployment
+  sparkserve.deploy.recipe_render:
+    recipe: "{{ lookup('ansible.builtin.file', 'recipes/glm53-fp4local-mtp-tp2.yml') | from_yaml }}"
+    name: glm53-fp4local-mtp-tp2
+    deployment: glm53
+    world_size: 2
+    ranks:
+      - rank: 0
+        head_fabric_ip: 192.168.100.1
+        fabric_env: {VLLM_HOST_IP: 192.168.100.1, NCCL_SOCKET_IFNAME: enp1s0f1np1}
+      - rank: 1
+        head_fabric_ip: 192.168.100.1
+        fabric_env: {VLLM_HOST_IP: 192.168.100.2, NCCL_SOCKET_IFNAME: enp1s0f1np1}
+    hf_token_present: "{{ weights_hf_token is defined }}"
+  delegate_to: localhost
+  run_once: true
+  register: __recipe
+
+- name: Render one rank with the lab's image and model revision
+  sparkserve.deploy.recipe_render:
+    recipe: "{{ lookup('ansible.builtin.file', 'recipes/lab-tp2.yml') | from_yaml }}"
+    name: lab-tp2
+    deployment: lab
+    world_size: 2
+    ranks:
+      - rank: "{{ sparkserve_rank }}"
+        head_fabric_ip: "{{ sparkserve_head_fabric_ip }}"
+        fabric_env:
+          VLLM_HOST_IP: "{{ sparkserve_fabric_ip }}"
+    variables:
+      lab_engine_image: "{{ lab_engine_image }}"
+      lab_model_revision: "{{ lab_model_revision }}"
+  delegate_to: localhost
+  register: __recipe_rank
+"""
+
+RETURN = r"""
+recipe:
+  description: The recipe with every default filled and C(image) and C(revision) resolved from their variables.
+  returned: success
+  type: dict
+ranks:
+  description: One entry per rank given, in the same order.
+  returned: success
+  type: list
+  elements: dict
+  contains:
+    rank:
+      description: The rank.
+      type: int
+    container_name:
+      description: The rank's container name.
+      type: str
+    argv:
+      description: The engine's command line, one word per item.
+      type: list
+      elements: str
+    env:
+      description: The container environment; the fabric environment wins over the recipe's C(env).
+      type: dict
+    ports:
+      description: TCP ports the rank listens on (rank 0 the API, master and extra ports; others the extra ports).
+      type: list
+      elements: int
+errors:
+  description: Every problem found, one message each; the failure message joins them with newlines.
+  returned: failure
+  type: list
+  elements: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe import (
+    render_rank,
+    validate_for_cluster,
+    validate_recipe,
+)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "recipe": {"type": "dict", "required": True},
+            "name": {"type": "str", "required": True},
+            "deployment": {"type": "str", "required": True},
+            "world_size": {"type": "int", "required": True},
+            "ranks": {
+                "type": "list",
+                "elements": "dict",
+                "required": True,
+                "options": {
+                    "rank": {"type": "int", "required": True},
+                    "head_fabric_ip": {"type": "str", "required": True},
+                    "fabric_env": {"type": "dict", "default": {}},
+                },
+            },
+            "hf_token_present": {"type": "bool", "default": False},
+            "variables": {"type": "dict", "default": {}},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    name = params["name"]
+    world_size = params["world_size"]
+
+    recipe, errors = validate_recipe(params["recipe"], name, variables=params["variables"])
+    errors += validate_for_cluster(recipe, name, world_size, params["hf_token_present"])
+    seen = set()
+    for entry in params["ranks"]:
+        rank = entry["rank"]
+        if rank in seen:
+            errors.append("recipe %s: rank %d is given twice in ranks; give each rank once." % (name, rank))
+        seen.add(rank)
+        if not 0 <= rank < max(world_size, 1):
+            errors.append("recipe %s: rank %d is outside the cluster of %d nodes; ranks go from 0 to %d."
+                          % (name, rank, world_size, world_size - 1))
+    if errors:
+        module.fail_json(msg="\n".join(errors), errors=errors)
+
+    rendered = []
+    for entry in params["ranks"]:
+        try:
+            one = render_rank(recipe, params["deployment"], entry["rank"], world_size,
+                              entry["head_fabric_ip"], entry["fabric_env"] or {})
+        except ValueError as exc:
+            errors.append("recipe %s: rank %d: %s." % (name, entry["rank"], exc))
+            continue
+        rendered.append(dict(rank=entry["rank"], **one))
+    if errors:
+        module.fail_json(msg="\n".join(errors), errors=errors)
+    module.exit_json(changed=False, recipe=recipe, ranks=rendered)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,598 @@
+"""Tests for the recipe schema, its validation and the per-rank render (module_utils/recipe.py)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from ansible_collections.sparkserve.deploy.plugins.module_utils import recipe as rc
+
+ROOT = Path(__file__).resolve().parents[2]
+RECIPES = ROOT / "recipes"
+DIGEST = "sha256:" + "3f" * 32
+IMAGE = "registry.example:5000/vllm@" + DIGEST
+COMMIT = "76348ddb2be2e35e39ecfc00e75dc07703f4f3d5"
+LAB_VARIABLES = {
+    "lab_engine_image": "sparkserve-lab-registry:5000/sparkserve/engine@sha256:" + "0a" * 32,
+    "lab_model_revision": "1b" * 20,
+}
+
+
+def base(**changes: Any) -> dict[str, Any]:
+    """A small valid recipe; keyword arguments replace top-level fields."""
+    data: dict[str, Any] = {
+        "name": "t",
+        "engine": "vllm",
+        "image": IMAGE,
+        "model": {"repo": "org/model", "revision": COMMIT, "served_name": "m"},
+        "parallel": {"tensor": 2},
+    }
+    data.update(changes)
+    return data
+
+
+def errors_of(data: dict[str, Any], name: str = "t", **kwargs: Any) -> list[str]:
+    return rc.validate_recipe(data, name, **kwargs)[1]
+
+
+def valid(data: dict[str, Any], name: str = "t", **kwargs: Any) -> dict[str, Any]:
+    recipe, errors = rc.validate_recipe(data, name, **kwargs)
+    assert errors == []
+    return recipe
+
+
+def one_error(data: dict[str, Any], **kwargs: Any) -> str:
+    errors = errors_of(data, **kwargs)
+    assert len(errors) == 1, errors
+    return errors[0]
+
+
+# ------------------------------------------------------------ defaults
+
+def test_a_minimal_recipe_gets_every_default() -> None:
+    recipe = valid(base())
+    assert recipe["description"] == ""
+    assert recipe["model"]["gated"] is False
+    assert recipe["model"]["path_in_container"] == "/models/m"
+    assert recipe["parallel"] == {"tensor": 2, "pipeline": 1, "gpus_per_node": 1}
+    assert recipe["launch"] == {
+        "order": "workers_first", "api_host": "127.0.0.1", "api_port": 8000, "master_port": 29501,
+        "extra_ports": [], "container_name": "{deployment}-rank{rank}", "stop_grace_s": 60,
+        "memory_limit": None, "restart_policy": "no",
+    }
+    assert recipe["engine_args"] == {} and recipe["env"] == {} and recipe["overlays"] == []
+    assert recipe["kv_cache"] == {"dtype": None, "block_size": None, "memory_gib_per_rank": None}
+    assert recipe["memory"] == {
+        "min_available_gib": 100,
+        "guard": {"floor_gib": 8, "samples": 3, "watch": "both"},
+        "flusher": {"mode": "unconditional", "interval_s": 2},
+    }
+    assert recipe["readiness"]["timeout_s"] == 3600 and recipe["readiness"]["canary_prompt"]
+    assert recipe["host"] == {"driver_versions": ["580."], "min_free_disk_gib": None}
+    assert recipe["draft_model"] is None and recipe["bench"] is None
+
+
+def test_defaults_do_not_leak_between_recipes() -> None:
+    first = valid(base())
+    first["host"]["driver_versions"].append("590.")
+    assert valid(base())["host"]["driver_versions"] == ["580."]
+
+
+def test_given_values_win_over_defaults_and_input_is_not_changed() -> None:
+    data = base(launch={"api_port": 30198, "order": "head_first"},
+                model={"repo": "org/model", "revision": COMMIT, "served_name": "m", "path_in_container": "/srv/m"})
+    before = copy.deepcopy(data)
+    recipe = valid(data)
+    assert recipe["launch"]["api_port"] == 30198 and recipe["launch"]["order"] == "head_first"
+    assert recipe["launch"]["master_port"] == 29501
+    assert recipe["model"]["path_in_container"] == "/srv/m"
+    assert data == before
+
+
+def test_engine_args_keep_file_order() -> None:
+    args = {"max-model-len": 262144, "gpu-memory-utilization": 0.75, "enable-chunked-prefill": True}
+    assert list(valid(base(engine_args=args))["engine_args"]) == list(args)
+
+
+def test_optional_sections_are_accepted() -> None:
+    recipe = valid(base(
+        draft_model={"repo": "org/draft", "revision": COMMIT},
+        overlays=[{"path": "/usr/lib/python3/x.py", "original_sha256": "a" * 64, "patch": "p/x.diff",
+                   "result_sha256": "b" * 64}],
+        bench={"suites": [{"name": "speed"}, "smoke"], "reference": {"file": "r.json"},
+               "gates": {"throughput_floor": 0.98, "ttft_ceiling": 1.05}},
+        kv_cache={"dtype": "fp8", "block_size": 2304, "memory_gib_per_rank": 8},
+        launch={"memory_limit": "110g", "extra_ports": [30000]},
+    ))
+    assert recipe["draft_model"] == {"repo": "org/draft", "revision": COMMIT, "revision_from": None,
+                                     "gated": False, "path_in_container": "/models/draft"}
+    assert recipe["bench"]["gates"]["throughput_floor"] == 0.98
+
+
+# ------------------------------------------------------------ rules of validate_recipe
+
+def test_style_example_revision_main() -> None:
+    data = base(name="glm53-fp4local-mtp-tp2",
+                model={"repo": "nvidia/GLM-5.3-Flash-FP4-Local", "revision": "main", "served_name": "glm"})
+    assert one_error(data, name="glm53-fp4local-mtp-tp2") == (
+        'recipe glm53-fp4local-mtp-tp2: model.revision is "main"; pin the full 40-character commit '
+        '(HfApi().model_info(repo, revision="main").sha gives it).'
+    )
+
+
+def test_short_commit_is_refused() -> None:
+    message = one_error(base(model={"repo": "org/model", "revision": COMMIT[:12], "served_name": "m"}))
+    assert 'model.revision is "%s"' % COMMIT[:12] in message and "40-character" in message
+
+
+def test_image_by_tag_is_refused() -> None:
+    message = one_error(base(image="eugr/spark-vllm-b12x:latest"))
+    assert message.startswith('recipe t: image is "eugr/spark-vllm-b12x:latest"; pin the image by digest')
+    assert "REPO@sha256:<64 hex>" in message
+
+
+def test_image_with_a_short_digest_is_refused() -> None:
+    assert "image is" in one_error(base(image="repo@sha256:abc"))
+
+
+def test_image_or_image_from_is_required_but_not_both() -> None:
+    data = base()
+    del data["image"]
+    assert one_error(data) == ("recipe t: image is missing; set image, or image_from to the name of an "
+                               "inventory variable that holds it.")
+    assert one_error(base(image_from="lab_engine_image")) == (
+        "recipe t: image and image_from are all set; keep exactly one of them.")
+
+
+def test_revision_or_revision_from_is_required() -> None:
+    assert "model.revision is missing" in one_error(base(model={"repo": "org/model", "served_name": "m"}))
+
+
+def test_bad_engine() -> None:
+    assert one_error(base(engine="trtllm")) == 'recipe t: engine is "trtllm"; use one of: vllm, sglang.'
+
+
+def test_bad_order() -> None:
+    assert one_error(base(launch={"order": "random"})) == (
+        'recipe t: launch.order is "random"; use one of: workers_first, head_first.')
+
+
+@pytest.mark.parametrize("field,value", [("api_port", 0), ("api_port", 70000), ("master_port", 65536)])
+def test_ports_out_of_range(field: str, value: int) -> None:
+    assert one_error(base(launch={field: value})) == (
+        "recipe t: launch.%s is %d; use a TCP port between 1 and 65535." % (field, value))
+
+
+def test_extra_port_out_of_range() -> None:
+    assert one_error(base(launch={"extra_ports": [99999]})) == (
+        "recipe t: launch.extra_ports[0] is 99999; use TCP ports between 1 and 65535.")
+
+
+def test_api_and_master_port_collide() -> None:
+    assert one_error(base(launch={"api_port": 29501})) == (
+        "recipe t: launch.master_port is 29501; it is already launch.api_port; "
+        "give every port of the deployment a different number.")
+
+
+def test_extra_ports_collide_with_the_others_and_each_other() -> None:
+    errors = errors_of(base(launch={"extra_ports": [8000, 30000, 30000]}))
+    assert errors == [
+        "recipe t: launch.extra_ports[0] is 8000; it is already launch.api_port; "
+        "give every port of the deployment a different number.",
+        "recipe t: launch.extra_ports[2] is 30000; it is already launch.extra_ports[1]; "
+        "give every port of the deployment a different number.",
+    ]
+
+
+def test_unknown_keys_are_errors_at_every_level() -> None:
+    data = base(served_name="m", launch={"ordre": "head_first"})
+    data["model"]["sha"] = COMMIT
+    errors = errors_of(data)
+    assert len(errors) == 3
+    assert errors[0].startswith("recipe t: served_name is not a field of a recipe; use one of: name, description,")
+    assert any(e.startswith("recipe t: model.sha is not a field of model; use one of: repo, revision, "
+                            "revision_from, served_name, gated, path_in_container") for e in errors)
+    assert any("launch.ordre is not a field of launch; use one of: order, api_host," in e for e in errors)
+
+
+def test_unknown_key_in_an_overlay() -> None:
+    overlay = {"path": "/a.py", "original_sha256": "a" * 64, "patch": "a.diff", "result_sha256": "b" * 64,
+               "fuzz": 2}
+    assert "overlays[0].fuzz is not a field of overlays[0]" in one_error(base(overlays=[overlay]))
+
+
+def test_missing_required_fields() -> None:
+    errors = errors_of({"name": "t", "image": IMAGE})
+    assert errors[0] == "recipe t: engine is missing; add it (The serving engine; it decides the command line)."
+    assert any(e.startswith("recipe t: model is missing; add it") for e in errors)
+    assert any(e.startswith("recipe t: parallel is missing; add it") for e in errors)
+
+
+def test_missing_nested_required_field() -> None:
+    assert one_error(base(parallel={"pipeline": 2})).startswith(
+        "recipe t: parallel.tensor is missing; add it (Tensor-parallel size).")
+
+
+def test_wrong_types_name_the_type() -> None:
+    assert one_error(base(parallel={"tensor": "two"})) == (
+        'recipe t: parallel.tensor is "two"; it must be an integer.')
+    assert one_error(base(parallel={"tensor": True})) == "recipe t: parallel.tensor is true; it must be an integer."
+    assert one_error(base(engine_args=["max-model-len"])) == (
+        'recipe t: engine_args is ["max-model-len"]; it must be a mapping.')
+
+
+def test_bare_yaml_no_for_restart_policy_says_quote_it() -> None:
+    data = yaml.safe_load("restart_policy: no")
+    message = one_error(base(launch=data))
+    assert message.startswith("recipe t: launch.restart_policy is false; it must be a string (quote it")
+
+
+def test_env_values_must_be_strings() -> None:
+    assert one_error(base(env={"NCCL_IB_DISABLE": 0})).startswith(
+        "recipe t: env.NCCL_IB_DISABLE is 0; it must be a string (quote it")
+
+
+def test_env_names_are_checked() -> None:
+    assert "env key is \"NCCL-DEBUG\"" in one_error(base(env={"NCCL-DEBUG": "INFO"}))
+
+
+def test_name_must_match_the_file() -> None:
+    assert one_error(base(name="other")) == (
+        'recipe t: name is "other"; make it "t", the name the recipe is loaded under (recipes/t.yml).')
+
+
+def test_engine_args_keys_without_dashes() -> None:
+    assert one_error(base(engine_args={"--max-model-len": 4096})) == (
+        'recipe t: engine_args key is "--max-model-len"; write it without leading dashes: max-model-len.')
+
+
+@pytest.mark.parametrize("key,field", [
+    ("tensor-parallel-size", "parallel.tensor"),
+    ("tensor_parallel_size", "parallel.tensor"),
+    ("port", "launch.api_port"),
+    ("headless", "the node's rank"),
+    ("kv-cache-dtype", "kv_cache.dtype"),
+])
+def test_engine_args_may_not_set_what_the_render_sets(key: str, field: str) -> None:
+    message = one_error(base(engine_args={key: 4}))
+    assert message == "recipe t: engine_args.%s is 4; sparkserve sets --%s from %s; remove it from engine_args." % (
+        key, key.replace("_", "-"), field)
+
+
+def test_sglang_owned_flags_differ() -> None:
+    assert "from kv_cache.block_size" in one_error(base(engine="sglang", engine_args={"page-size": 64}))
+    valid(base(engine="sglang", engine_args={"mem-fraction-static": 0.8}))
+
+
+def test_engine_args_values_are_checked() -> None:
+    assert "a list value may hold only" in one_error(base(engine_args={"x": [{"a": 1}]}))
+
+
+def test_sglang_has_no_kv_bytes_flag() -> None:
+    message = one_error(base(engine="sglang", kv_cache={"memory_gib_per_rank": 8}))
+    assert message.startswith("recipe t: kv_cache.memory_gib_per_rank is 8; SGLang has no flag")
+
+
+def test_container_name_pattern() -> None:
+    assert "use only {deployment} and {rank}" in one_error(base(launch={"container_name": "{deployment}"}))
+    assert "use only {deployment} and {rank}" in one_error(base(launch={"container_name": "{name}-{rank}"}))
+    assert "a container name may hold only" in one_error(base(launch={"container_name": "{deployment} {rank}"}))
+    valid(base(launch={"container_name": "glm53-qualified-r{rank}"}))
+
+
+def test_guard_floor_below_the_gate() -> None:
+    message = one_error(base(memory={"min_available_gib": 4}))
+    assert message.startswith("recipe t: memory.guard.floor_gib is 8; it must be below memory.min_available_gib (4)")
+
+
+def test_choices_of_memory_fields() -> None:
+    assert one_error(base(memory={"guard": {"watch": "MemTotal"}})) == (
+        'recipe t: memory.guard.watch is "MemTotal"; use one of: MemAvailable, MemFree, both.')
+    assert "memory.flusher.mode" in one_error(base(memory={"flusher": {"mode": "sometimes"}}))
+
+
+def test_overlay_hashes_are_checked() -> None:
+    overlay = {"path": "x.py", "original_sha256": "short", "patch": "a.diff", "result_sha256": "b" * 64}
+    errors = errors_of(base(overlays=[overlay]))
+    assert any(e.startswith('recipe t: overlays[0].path is "x.py"; give the absolute path') for e in errors)
+    assert any(e.startswith('recipe t: overlays[0].original_sha256 is "short"; give the 64 hex digits')
+               for e in errors)
+
+
+def test_memory_limit_form() -> None:
+    assert one_error(base(launch={"memory_limit": "110 GiB"})) == (
+        'recipe t: launch.memory_limit is "110 GiB"; give a docker memory size such as 110g.')
+
+
+def test_draft_model_path_may_not_be_the_models() -> None:
+    data = base(draft_model={"repo": "org/d", "revision": COMMIT, "path_in_container": "/models/m"})
+    assert "it is model.path_in_container too" in one_error(data)
+
+
+def test_a_recipe_that_is_not_a_mapping() -> None:
+    recipe, errors = rc.validate_recipe(["x"], "t")  # type: ignore[arg-type]
+    assert recipe == {} and errors == ['recipe t: the recipe is ["x"]; it must be a YAML mapping of the fields '
+                                       'in recipes/README.md.']
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    data = base(engine="tgi", image="repo:tag", launch={"order": "x", "api_port": 29501})
+    data["model"]["revision"] = "main"
+    assert len(errors_of(data)) == 5
+
+
+# ------------------------------------------------------------ *_from keys
+
+def test_from_keys_resolve_and_are_checked_like_the_value() -> None:
+    data = base(image_from="engine_image")
+    del data["image"]
+    data["model"] = {"repo": "org/model", "revision_from": "model_rev", "served_name": "m"}
+    recipe = valid(data, variables={"engine_image": IMAGE, "model_rev": COMMIT})
+    assert recipe["image"] == IMAGE and recipe["image_from"] == "engine_image"
+    assert recipe["model"]["revision"] == COMMIT
+    errors = errors_of(data, variables={"engine_image": "repo:latest", "model_rev": "main"})
+    assert errors[0].startswith('recipe t: image (from the variable engine_image) is "repo:latest"; pin the image')
+    assert errors[1].startswith('recipe t: model.revision (from the variable model_rev) is "main"; pin the full')
+
+
+def test_from_keys_name_a_missing_variable() -> None:
+    data = base(image_from="engine_image")
+    del data["image"]
+    assert one_error(data, variables={}) == (
+        "recipe t: image_from names the variable engine_image, which is not defined; define it in the "
+        "inventory (group_vars) or pass it to the caller's variables.")
+
+
+def test_from_keys_without_variables_are_checked_for_form_only() -> None:
+    data = base(image_from="engine_image")
+    del data["image"]
+    assert valid(data)["image"] is None
+    data["image_from"] = "not a name"
+    assert 'image_from is "not a name"; give the name of an inventory variable' in one_error(data)
+
+
+# ------------------------------------------------------------ validate_for_cluster
+
+def test_cluster_size_must_match_the_parallel_sizes() -> None:
+    recipe = valid(base())
+    assert rc.validate_for_cluster(recipe, "t", 2, False) == []
+    assert rc.validate_for_cluster(recipe, "t", 4, False) == [
+        "recipe t: parallel.tensor × parallel.pipeline is 2 × 1 = 2 GPUs but the cluster has 4 nodes × "
+        "parallel.gpus_per_node 1 = 4 GPUs; make the two equal, by changing parallel.tensor or by "
+        "deploying on 2 nodes."
+    ]
+
+
+def test_cluster_size_counts_pipeline_and_gpus_per_node() -> None:
+    recipe = valid(base(parallel={"tensor": 2, "pipeline": 2, "gpus_per_node": 2}))
+    assert rc.validate_for_cluster(recipe, "t", 2, False) == []
+    assert "is 2 × 2 = 4 GPUs but the cluster has 3 nodes × parallel.gpus_per_node 2 = 6 GPUs" in rc.validate_for_cluster(recipe, "t", 3, False)[0]
+
+
+@pytest.mark.parametrize("key", ["load-format", "load_format"])
+def test_instanttensor_is_refused_on_several_nodes(key: str) -> None:
+    recipe = valid(base(engine_args={key: "instanttensor"}))
+    assert rc.validate_for_cluster(recipe, "t", 2, False) == [
+        'recipe t: engine_args.%s is "instanttensor"; instanttensor loads made ranks die silently on more '
+        "than one node (seed 000); remove it for this 2-node deployment." % key
+    ]
+    single = valid(base(engine_args={key: "instanttensor"}, parallel={"tensor": 1}))
+    assert rc.validate_for_cluster(single, "t", 1, False) == []
+
+
+def test_gated_model_needs_a_token() -> None:
+    recipe = valid(base(model={"repo": "meta/llama", "revision": COMMIT, "served_name": "m", "gated": True}))
+    assert rc.validate_for_cluster(recipe, "t", 2, True) == []
+    assert rc.validate_for_cluster(recipe, "t", 2, False) == [
+        'recipe t: model.gated is true for "meta/llama" and no Hugging Face token is configured; put the token '
+        "in the Ansible Vault variable weights_hf_token, or export HF_TOKEN where the playbook runs."
+    ]
+
+
+def test_gated_draft_model_needs_a_token() -> None:
+    recipe = valid(base(draft_model={"repo": "org/d", "revision": COMMIT, "gated": True}))
+    assert rc.validate_for_cluster(recipe, "t", 2, False)[0].startswith("recipe t: draft_model.gated is true")
+
+
+def test_bad_world_size() -> None:
+    assert "deploy on at least one node" in rc.validate_for_cluster(valid(base()), "t", 0, False)[0]
+
+
+def test_cluster_check_survives_an_invalid_recipe() -> None:
+    recipe, errors = rc.validate_recipe({"name": "t", "parallel": [], "engine_args": "x"}, "t")
+    assert errors
+    assert rc.validate_for_cluster(recipe, "t", 2, False) == []
+
+
+# ------------------------------------------------------------ render
+
+FABRIC0 = {"VLLM_HOST_IP": "10.77.1.11", "NCCL_SOCKET_IFNAME": "enp1s0f1np1"}
+FABRIC1 = {"VLLM_HOST_IP": "10.77.1.12", "NCCL_SOCKET_IFNAME": "enp1s0f1np1"}
+
+
+def rendered(data: dict[str, Any], rank: int, world_size: int = 2,
+             fabric: dict[str, str] | None = None) -> dict[str, Any]:
+    recipe = valid(data)
+    return rc.render_rank(recipe, "glm53", rank, world_size, "10.77.1.11", fabric or FABRIC0)
+
+
+def test_vllm_head() -> None:
+    data = base(launch={"api_host": "0.0.0.0", "api_port": 30198, "extra_ports": [30300]},
+                kv_cache={"dtype": "fp8", "block_size": 2304, "memory_gib_per_rank": 8},
+                engine_args={"max-model-len": 262144, "enable-prefix-caching": True, "enforce-eager": False,
+                             "quantization": None})
+    out = rendered(data, 0)
+    assert out["container_name"] == "glm53-rank0"
+    assert out["argv"] == [
+        "vllm", "serve", "/models/m", "--served-model-name", "m",
+        "--tensor-parallel-size", "2", "--pipeline-parallel-size", "1",
+        "--nnodes", "2", "--node-rank", "0", "--master-addr", "10.77.1.11", "--master-port", "29501",
+        "--host", "0.0.0.0", "--port", "30198",
+        "--kv-cache-dtype", "fp8", "--block-size", "2304", "--kv-cache-memory-bytes", "8589934592",
+        "--max-model-len", "262144", "--enable-prefix-caching",
+    ]
+    assert out["ports"] == [30198, 29501, 30300]
+
+
+def test_vllm_worker_is_headless_without_api() -> None:
+    out = rendered(base(launch={"extra_ports": [30300]}), 1, fabric=FABRIC1)
+    assert out["container_name"] == "glm53-rank1"
+    argv = out["argv"]
+    assert "--headless" in argv
+    assert "--host" not in argv and "--port" not in argv
+    assert argv[argv.index("--node-rank") + 1] == "1"
+    assert argv[argv.index("--master-addr") + 1] == "10.77.1.11"
+    assert out["ports"] == [30300]
+    assert out["env"]["VLLM_HOST_IP"] == "10.77.1.12"
+
+
+def test_sglang_head_and_worker() -> None:
+    data = base(engine="sglang", parallel={"tensor": 4}, kv_cache={"dtype": "fp8_e4m3", "block_size": 64},
+                engine_args={"chunked-prefill-size": 2048, "cuda-graph-bs": [1, 2, 4]})
+    head = rendered(data, 0, world_size=4)
+    assert head["argv"] == [
+        "python3", "-m", "sglang.launch_server", "--model-path", "/models/m", "--served-model-name", "m",
+        "--tp-size", "4", "--pp-size", "1", "--nnodes", "4", "--node-rank", "0",
+        "--dist-init-addr", "10.77.1.11:29501", "--host", "127.0.0.1", "--port", "8000",
+        "--kv-cache-dtype", "fp8_e4m3", "--page-size", "64",
+        "--chunked-prefill-size", "2048", "--cuda-graph-bs", "1", "2", "4",
+    ]
+    worker = rendered(data, 3, world_size=4)
+    assert "--host" not in worker["argv"] and "--headless" not in worker["argv"]
+    assert worker["argv"][worker["argv"].index("--node-rank") + 1] == "3"
+    assert "VLLM_ENGINE_READY_TIMEOUT_S" not in worker["env"]
+
+
+def test_sglang_ipv6_head() -> None:
+    recipe = valid(base(engine="sglang"))
+    out = rc.render_rank(recipe, "d", 1, 2, "fd00::1", {})
+    assert out["argv"][out["argv"].index("--dist-init-addr") + 1] == "[fd00::1]:29501"
+
+
+def test_engine_args_lists_and_mappings() -> None:
+    args = {
+        "speculative-config": {"method": "mtp", "num_speculative_tokens": 5},
+        "cuda-graph-sizes": [1, 2, 4],
+        "middleware": ["a.B", "c.D"],
+        "allowed-origins": ["https://x"],
+        "default-chat-template-kwargs": {"enable_thinking": False},
+        "empty": [],
+    }
+    assert rc.render_engine_args("vllm", args) == [
+        "--speculative-config", '{"method":"mtp","num_speculative_tokens":5}',
+        "--cuda-graph-sizes", "1", "2", "4",
+        "--middleware", "a.B", "--middleware", "c.D",
+        "--allowed-origins", '["https://x"]',
+        "--default-chat-template-kwargs", '{"enable_thinking":false}',
+    ]
+    assert rc.render_engine_args("sglang", {"middleware": ["a", "b"]}) == ["--middleware", "a", "b"]
+
+
+def test_draft_model_goes_through_engine_args_only() -> None:
+    data = base(draft_model={"repo": "org/draft", "revision": COMMIT, "path_in_container": "/models/d"},
+                engine_args={"speculative-config": {"model": "/models/d", "num_speculative_tokens": 7}})
+    argv = rendered(data, 0)["argv"]
+    assert argv[-2:] == ["--speculative-config", '{"model":"/models/d","num_speculative_tokens":7}']
+    assert sum("/models/d" in word for word in argv) == 1
+
+
+def test_env_precedence() -> None:
+    data = base(env={"NCCL_SOCKET_IFNAME": "wrong0", "VLLM_ENGINE_READY_TIMEOUT_S": "7200", "NCCL_DEBUG": "WARN"},
+                readiness={"timeout_s": 900})
+    env = rendered(data, 0)["env"]
+    assert env == {"VLLM_ENGINE_READY_TIMEOUT_S": "7200", "NCCL_SOCKET_IFNAME": "enp1s0f1np1",
+                   "NCCL_DEBUG": "WARN", "VLLM_HOST_IP": "10.77.1.11"}
+    assert rendered(base(readiness={"timeout_s": 900}), 0)["env"]["VLLM_ENGINE_READY_TIMEOUT_S"] == "900"
+
+
+def test_fabric_env_numbers_become_strings() -> None:
+    assert rendered(base(), 0, fabric={"NCCL_IB_GID_INDEX": 3})["env"]["NCCL_IB_GID_INDEX"] == "3"  # type: ignore[dict-item]
+
+
+def test_container_name_pattern_is_applied() -> None:
+    out = rendered(base(launch={"container_name": "{deployment}-qualified-r{rank}"}), 1)
+    assert out["container_name"] == "glm53-qualified-r1"
+
+
+@pytest.mark.parametrize("rank,world,deployment,head", [
+    (2, 2, "glm53", "10.0.0.1"), (-1, 2, "glm53", "10.0.0.1"), (0, 2, "bad name", "10.0.0.1"),
+    (0, 2, "glm53", ""), (0, 0, "glm53", "10.0.0.1"),
+])
+def test_render_refuses_bad_arguments(rank: int, world: int, deployment: str, head: str) -> None:
+    with pytest.raises(ValueError):
+        rc.render_rank(valid(base()), deployment, rank, world, head, {})
+
+
+def test_render_output_is_json_serialisable() -> None:
+    json.dumps(rendered(base(), 0))
+
+
+# ------------------------------------------------------------ the lab's recipes and the README
+
+@pytest.mark.parametrize("name,nodes,order", [("lab-tp2", 2, "workers_first"), ("lab-tp4", 4, "head_first")])
+def test_lab_recipes_validate_with_sample_variables(name: str, nodes: int, order: str) -> None:
+    data = yaml.safe_load((RECIPES / f"{name}.yml").read_text(encoding="utf-8"))
+    recipe = valid(data, name=name, variables=LAB_VARIABLES)
+    assert recipe["image"] == LAB_VARIABLES["lab_engine_image"]
+    assert recipe["model"]["revision"] == LAB_VARIABLES["lab_model_revision"]
+    assert recipe["launch"]["order"] == order
+    assert recipe["launch"]["api_host"] == "0.0.0.0" and recipe["launch"]["api_port"] == 8000
+    assert recipe["launch"]["master_port"] == 29501
+    assert recipe["readiness"]["timeout_s"] == 300 and recipe["readiness"]["canary_prompt"]
+    assert recipe["memory"]["min_available_gib"] == 1
+    assert rc.validate_for_cluster(recipe, name, nodes, False) == []
+    assert rc.validate_for_cluster(recipe, name, nodes + 1, False)
+    for rank in range(nodes):
+        out = rc.render_rank(recipe, name, rank, nodes, "10.77.1.11", {"VLLM_HOST_IP": f"10.77.1.1{rank + 1}"})
+        assert out["argv"][:3] == ["vllm", "serve", "/models/tiny-model"]
+        assert ("--headless" in out["argv"]) == (rank > 0)
+
+
+def test_lab_recipes_need_their_variables() -> None:
+    data = yaml.safe_load((RECIPES / "lab-tp2.yml").read_text(encoding="utf-8"))
+    errors = errors_of(data, name="lab-tp2", variables={})
+    assert [e.split(" names")[0] for e in errors] == ["recipe lab-tp2: image_from",
+                                                      "recipe lab-tp2: model.revision_from"]
+
+
+def test_readme_is_generated_from_the_schema() -> None:
+    readme = (RECIPES / "README.md").read_text(encoding="utf-8")
+    assert readme == rc.schema_markdown(), "regenerate: python plugins/module_utils/recipe.py > recipes/README.md"
+
+
+def test_readme_names_every_field() -> None:
+    text = rc.schema_markdown()
+
+    def walk(options: dict[str, Any], prefix: str) -> None:
+        for key, spec in options.items():
+            path = prefix + key
+            assert "| `%s` |" % path in text
+            if "options" in spec:
+                walk(spec["options"], path + ("[]." if spec["type"] == "list" else "."))
+
+    walk(rc.RECIPE_SCHEMA, "")
+    assert set(rc.RECIPE_SCHEMA) == {
+        "name", "description", "engine", "image", "image_from", "model", "draft_model", "parallel", "launch",
+        "engine_args", "env", "kv_cache", "overlays", "memory", "readiness", "host", "bench",
+    }
+
+
+def test_schema_is_well_formed() -> None:
+    known = {"type", "required", "default", "default_template", "choices", "pattern", "min", "max", "elements",
+             "options", "values", "one_of", "hint", "description"}
+
+    def walk(options: dict[str, Any]) -> None:
+        for key, spec in options.items():
+            assert set(spec) <= known, key
+            assert spec.get("description"), key
+            assert spec["type"] in {"str", "int", "number", "bool", "dict", "list", "raw"}, key
+            assert not (spec.get("required") and "default" in spec), key
+            if "options" in spec:
+                walk(spec["options"])
+
+    walk(rc.RECIPE_SCHEMA)
