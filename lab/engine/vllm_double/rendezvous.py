@@ -1,0 +1,234 @@
+"""The multi-node rendezvous over TCP, in place of torch.distributed's store.
+
+The head (node rank 0) listens on ``--master-port`` on every interface, as
+vLLM's store does. Each worker (``--headless``, rank > 0) connects to
+``--master-addr:--master-port``, retrying until VLLM_DOUBLE_JOIN_TIMEOUT_S,
+and sends ``join`` with its rank and ``--nnodes``. The head refuses a rank out
+of range, a rank already joined, a different node count, or any join once the
+engine serves. An admitted worker loads its weights, sends ``ready`` (or
+``failed``), then both sides exchange heartbeats over the open connection; the
+end of that connection is how each side learns the other is gone.
+
+Messages are JSON objects, one per line.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from typing import Any
+
+from .logs import Logger
+from .state import EngineState
+
+
+class JoinError(Exception):
+    """A worker could not join the head."""
+
+
+class Channel:
+    """JSON lines over a connected socket; ``recv`` returns None at end of stream."""
+
+    def __init__(self, sock: socket.socket, timeout_s: float) -> None:
+        sock.settimeout(timeout_s)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock = sock
+        self._buffer = b""
+        self._send_lock = threading.Lock()
+
+    def send(self, message: dict[str, Any]) -> None:
+        data = json.dumps(message, separators=(",", ":")).encode("utf-8") + b"\n"
+        with self._send_lock:
+            self.sock.sendall(data)
+
+    def recv(self) -> dict[str, Any] | None:
+        """The next message; None when the peer closed; raises OSError (incl. timeout) or ValueError."""
+        while b"\n" not in self._buffer:
+            block = self.sock.recv(65536)
+            if not block:
+                return None
+            self._buffer += block
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        message = json.loads(line.decode("utf-8"))
+        if not isinstance(message, dict):
+            raise ValueError("message is not a JSON object")
+        return message
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+def heartbeat(channel: Channel, period_s: float, stop: threading.Event) -> None:
+    """Send a heartbeat every period until stopped or the connection fails."""
+    while not stop.wait(period_s):
+        try:
+            channel.send({"type": "heartbeat", "at": time.time()})
+        except OSError:
+            return
+
+
+def start_heartbeat(channel: Channel, period_s: float, stop: threading.Event) -> None:
+    threading.Thread(target=heartbeat, args=(channel, period_s, stop), daemon=True, name="heartbeat").start()
+
+
+def _lost_reason(exc: BaseException | None) -> str:
+    if exc is None:
+        return "connection closed"
+    if isinstance(exc, TimeoutError):
+        return "no heartbeat"
+    return "connection error: %s" % exc
+
+
+# --- head side -------------------------------------------------------------
+
+
+def listen(master_addr: str, port: int) -> socket.socket:
+    """The head's rendezvous socket, bound on every interface of the master address's family."""
+    family = socket.AF_INET6 if ":" in master_addr else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("::" if family == socket.AF_INET6 else "0.0.0.0", port))
+    sock.listen(64)
+    return sock
+
+
+class HeadRendezvous:
+    """Accepts workers on the master port and keeps their connections."""
+
+    def __init__(self, state: EngineState, log: Logger, heartbeat_s: float, timeout_s: float,
+                 stop: threading.Event) -> None:
+        self.state = state
+        self.log = log
+        self.heartbeat_s = heartbeat_s
+        self.timeout_s = timeout_s
+        self.stop = stop
+
+    def start(self, listener: socket.socket) -> None:
+        threading.Thread(target=self._accept_loop, args=(listener,), daemon=True, name="rendezvous").start()
+
+    def _accept_loop(self, listener: socket.socket) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, peer = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve_worker, args=(conn, peer), daemon=True, name="worker-conn").start()
+
+    def _admit(self, channel: Channel, peer: str) -> int | None:
+        """Read the join message and answer it; the admitted rank, or None."""
+        try:
+            message = channel.recv()
+        except (OSError, ValueError) as exc:
+            self.log.warning("rendezvous: bad join from %s (%s)" % (peer, exc))
+            return None
+        if message is None or message.get("type") != "join":
+            self.log.warning("rendezvous: %s sent no join message" % peer)
+            return None
+        rank, nnodes = message.get("rank"), message.get("nnodes")
+        refusal = self.state.try_join(rank, nnodes)
+        if refusal is not None:
+            self.log.warning("rendezvous: refused %s: %s" % (peer, refusal))
+            try:
+                channel.send({"type": "refuse", "reason": refusal})
+            except OSError:
+                pass
+            return None
+        channel.send({"type": "accept", "nnodes": self.state.nnodes})
+        assert isinstance(rank, int)
+        self.log.info("rendezvous: node rank %d joined from %s (%d of %d worker ranks)"
+                      % (rank, peer, len(self.state.joined()), self.state.nnodes - 1))
+        return rank
+
+    def _serve_worker(self, conn: socket.socket, address: Any) -> None:
+        peer = "%s:%s" % (address[0], address[1])
+        channel = Channel(conn, self.timeout_s)
+        try:
+            rank = self._admit(channel, peer)
+        except OSError as exc:
+            self.log.warning("rendezvous: lost %s during the join (%s)" % (peer, exc))
+            rank = None
+        if rank is None:
+            channel.close()
+            return
+        start_heartbeat(channel, self.heartbeat_s, self.stop)
+        self._follow(channel, rank)
+        channel.close()
+
+    def _follow(self, channel: Channel, rank: int) -> None:
+        """Read a worker's messages until its connection ends."""
+        error: BaseException | None = None
+        while not self.stop.is_set():
+            try:
+                message = channel.recv()
+            except (OSError, ValueError) as exc:
+                error = exc
+                break
+            if message is None:
+                break
+            kind = message.get("type")
+            if kind == "ready":
+                self.log.info("rendezvous: node rank %d loaded %s" % (rank, message.get("summary", "its weights")))
+                self.state.worker_ready(rank)
+            elif kind == "failed":
+                self.state.fail("node rank %d failed: %s" % (rank, message.get("reason", "unknown")))
+        if not self.stop.is_set():
+            self.state.rank_lost(rank, _lost_reason(error))
+
+
+# --- worker side -----------------------------------------------------------
+
+
+def _connect_until(addr: str, port: int, deadline: float, log: Logger, stop: threading.Event) -> socket.socket:
+    """Connect to the head, retrying until the deadline."""
+    next_note = time.monotonic()
+    while True:
+        try:
+            return socket.create_connection((addr, port), timeout=2.0)
+        except OSError as exc:
+            now = time.monotonic()
+            if now >= deadline:
+                raise JoinError("could not reach the head at %s:%d (%s)" % (addr, port, exc.strerror or exc))
+            if now >= next_note:
+                log.info("waiting for the head at %s:%d (%s)" % (addr, port, exc.strerror or exc))
+                next_note = now + 5.0
+            if stop.wait(min(0.2, max(0.0, deadline - now))):
+                raise JoinError("stopped while waiting for the head")
+
+
+def join_head(addr: str, port: int, rank: int, nnodes: int, timeout_s: float, channel_timeout_s: float,
+              log: Logger, stop: threading.Event) -> Channel:
+    """Join the head as ``rank``; return the open channel or raise JoinError."""
+    deadline = time.monotonic() + timeout_s
+    sock = _connect_until(addr, port, deadline, log, stop)
+    channel = Channel(sock, channel_timeout_s)
+    try:
+        channel.send({"type": "join", "rank": rank, "nnodes": nnodes})
+        answer = channel.recv()
+    except (OSError, ValueError) as exc:
+        channel.close()
+        raise JoinError("the head at %s:%d did not answer the join (%s)" % (addr, port, exc)) from None
+    if answer is None or answer.get("type") != "accept":
+        channel.close()
+        reason = answer.get("reason", "no reason given") if answer else "connection closed"
+        raise JoinError("the head at %s:%d refused node rank %d: %s" % (addr, port, rank, reason))
+    return channel
+
+
+def watch_head(channel: Channel, lost: threading.Event, reason: list[str]) -> None:
+    """Read the head's heartbeats until the connection ends, then set ``lost``."""
+    error: BaseException | None = None
+    while True:
+        try:
+            message = channel.recv()
+        except (OSError, ValueError) as exc:
+            error = exc
+            break
+        if message is None:
+            break
+    reason.append(_lost_reason(error))
+    lost.set()
