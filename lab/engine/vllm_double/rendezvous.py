@@ -172,7 +172,7 @@ class HeadRendezvous:
                 break
             kind = message.get("type")
             if kind == "ready":
-                self.log.info("rendezvous: node rank %d loaded %s" % (rank, message.get("summary", "its weights")))
+                self.log.info("rendezvous: node rank %d is ready (%s)" % (rank, message.get("summary", "weights loaded")))
                 self.state.worker_ready(rank)
             elif kind == "failed":
                 self.state.fail("node rank %d failed: %s" % (rank, message.get("reason", "unknown")))
@@ -192,7 +192,8 @@ def _connect_until(addr: str, port: int, deadline: float, log: Logger, stop: thr
         except OSError as exc:
             now = time.monotonic()
             if now >= deadline:
-                raise JoinError("could not reach the head at %s:%d (%s)" % (addr, port, exc.strerror or exc))
+                raise JoinError("could not reach the head at %s:%d within the join timeout "
+                                "(VLLM_DOUBLE_JOIN_TIMEOUT_S): %s" % (addr, port, exc.strerror or exc))
             if now >= next_note:
                 log.info("waiting for the head at %s:%d (%s)" % (addr, port, exc.strerror or exc))
                 next_note = now + 5.0

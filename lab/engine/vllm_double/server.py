@@ -1,0 +1,275 @@
+"""The head's HTTP API (ThreadingHTTPServer, one thread per request).
+
+Routes: ``GET /health``, ``GET /v1/models``, ``POST /v1/completions``,
+``POST /v1/chat/completions``, ``GET /metrics``, ``GET /version`` and
+``GET /sparkserve/double/sources``. ``--api-key`` guards ``/v1/*`` only.
+Requests sleep on their own threads, so they run concurrently, up to
+``--max-num-seqs`` at a time; the rest wait for a slot.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Iterator
+
+from . import VERSION
+from .cli import ServeArgs
+from .generation import Step, make_tokens, output_length, request_digest, schedule
+from .knobs import Knobs
+from .logs import Logger
+from .metrics import Metrics
+from .openai_api import (ApiError, GenRequest, chunk_body, models_body, new_request_id, parse_request,
+                         response_body, usage_chunk)
+from .provenance import source_hashes
+from .state import EngineState, Phase
+
+
+class EngineDead(Exception):
+    """The engine died while a request was running."""
+
+
+@dataclass
+class Api:
+    """Everything a request handler needs."""
+
+    args: ServeArgs
+    knobs: Knobs
+    state: EngineState
+    metrics: Metrics
+    log: Logger
+    max_model_len: int
+    sources: dict[str, str] = field(default_factory=source_hashes)
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    def __post_init__(self) -> None:
+        self.slots = threading.Semaphore(self.args.max_num_seqs)
+
+    @property
+    def api_key(self) -> str | None:
+        return self.args.api_key or self.knobs.api_key
+
+    def dead_error(self) -> ApiError:
+        return ApiError(500, "EngineCore encountered an issue. See stack trace (above) for the root cause. (%s)"
+                        % self.state.dead_reason, kind="InternalServerError")
+
+    def check_serving(self) -> None:
+        phase = self.state.phase
+        if phase is Phase.LOADING:
+            raise ApiError(503, "The engine is still loading.", kind="ServiceUnavailableError")
+        if phase is Phase.DEAD:
+            raise self.dead_error()
+
+    def plan(self, req: GenRequest) -> tuple[list[str], str, list[Step]]:
+        """Tokens, finish reason and timed steps of a request."""
+        digest = request_digest(req.prompt, req.temperature, req.seed)
+        count, finish = output_length(digest, req.max_tokens, req.ignore_eos)
+        steps = schedule(count, req.prompt_tokens, self.knobs, self.args.num_speculative_tokens, digest)
+        return make_tokens(digest, count), finish, steps
+
+    def run_steps(self, req: GenRequest, steps: list[Step]) -> Iterator[Step]:
+        """Yield each step when it is due; raise EngineDead if the engine dies meanwhile."""
+        started = time.monotonic()
+        for number, step in enumerate(steps):
+            delay = started + step.at_s - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            if self.state.phase is Phase.DEAD:
+                raise EngineDead()
+            if number == 0:
+                self.metrics.prefilled(req.prompt_tokens)
+            self.metrics.stepped(step)
+            yield step
+
+
+class DoubleHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, host: str | None, port: int, api: Api) -> None:
+        bind = host or ""
+        self.address_family = socket.AF_INET6 if ":" in bind else socket.AF_INET
+        self.api = api
+        super().__init__((bind, port), Handler)
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "uvicorn"
+    sys_version = ""
+
+    @property
+    def api(self) -> Api:
+        server = self.server
+        assert isinstance(server, DoubleHTTPServer)
+        return server.api
+
+    def setup(self) -> None:
+        super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
+        self.api.log.info("%s:%s - %s" % (self.client_address[0], self.client_address[1], format % args))
+
+    # --- responses ------------------------------------------------------
+
+    def send_json(self, status: int, body: Any) -> None:
+        self.send_bytes(status, json.dumps(body).encode("utf-8"), "application/json")
+
+    def send_bytes(self, status: int, data: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def send_error_body(self, error: ApiError) -> None:
+        self.send_json(error.status, error.body())
+
+    def start_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+    def send_event(self, payload: Any) -> None:
+        text = payload if isinstance(payload, str) else json.dumps(payload)
+        data = ("data: %s\n\n" % text).encode("utf-8")
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+    def end_stream(self) -> None:
+        self.send_event("[DONE]")
+        self.wfile.write(b"0\r\n\r\n")
+
+    # --- routing --------------------------------------------------------
+
+    def authorized(self) -> bool:
+        key = self.api.api_key
+        if key is None or not self.path.startswith("/v1"):
+            return True
+        return self.headers.get("Authorization", "") == "Bearer " + key
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        path = self.path.split("?", 1)[0]
+        if not self.authorized():
+            self.send_json(401, {"error": "Unauthorized"})
+        elif path == "/health":
+            self.get_health()
+        elif path == "/v1/models":
+            self.get_models()
+        elif path == "/metrics":
+            self.send_bytes(200, self.api.metrics.render().encode("utf-8"), "text/plain; version=0.0.4; charset=utf-8")
+        elif path == "/version":
+            self.send_json(200, {"version": VERSION})
+        elif path == "/sparkserve/double/sources":
+            self.send_json(200, {"package": "vllm_double", "version": VERSION, "files": self.api.sources})
+        elif path in ("/v1/completions", "/v1/chat/completions"):
+            self.send_json(405, {"detail": "Method Not Allowed"})
+        else:
+            self.send_json(404, {"detail": "Not Found"})
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        path = self.path.split("?", 1)[0]
+        body = self.read_body()
+        if not self.authorized():
+            self.send_json(401, {"error": "Unauthorized"})
+        elif path in ("/v1/completions", "/v1/chat/completions"):
+            self.post_generate(body, chat=path.endswith("chat/completions"))
+        elif path in ("/health", "/v1/models", "/metrics"):
+            self.send_json(405, {"detail": "Method Not Allowed"})
+        else:
+            self.send_json(404, {"detail": "Not Found"})
+
+    def read_body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length > 0 else b""
+
+    # --- endpoints ------------------------------------------------------
+
+    def get_health(self) -> None:
+        state = self.api.state
+        phase = state.phase
+        if phase is Phase.SERVING:
+            self.send_bytes(200, b"", "application/json")
+        elif phase is Phase.DEAD:
+            self.send_json(503, {"status": "dead", "error": state.dead_reason})
+        else:
+            self.send_json(503, {"status": "loading", "waiting_for_ranks": state.missing_ranks()})
+
+    def get_models(self) -> None:
+        api = self.api
+        if api.state.phase is Phase.LOADING:
+            self.send_error_body(ApiError(503, "The engine is still loading.", kind="ServiceUnavailableError"))
+            return
+        self.send_json(200, models_body(api.args.served_names, api.args.model, api.max_model_len, api.created))
+
+    def post_generate(self, raw: bytes, chat: bool) -> None:
+        api = self.api
+        try:
+            body = json.loads(raw.decode("utf-8")) if raw else None
+            req = parse_request(body, chat, api.args.served_names, api.max_model_len, api.args.seed)
+            api.check_serving()
+        except ValueError as exc:
+            self.send_error_body(ApiError(400, "invalid JSON body: %s" % exc))
+            return
+        except ApiError as error:
+            self.send_error_body(error)
+            return
+        self.run_request(req, new_request_id(chat))
+
+    def run_request(self, req: GenRequest, request_id: str) -> None:
+        api = self.api
+        if not api.args.disable_log_requests:
+            api.log.info("Received request %s: prompt_tokens=%d, max_tokens=%d, stream=%s"
+                         % (request_id, req.prompt_tokens, req.max_tokens, req.stream))
+        api.metrics.queued(1)
+        api.slots.acquire()
+        api.metrics.queued(-1)
+        api.metrics.started(1)
+        finish = "abort"
+        try:
+            finish = self.stream(req, request_id) if req.stream else self.complete(req, request_id)
+        except (BrokenPipeError, ConnectionResetError):
+            api.log.warning("request %s: client went away" % request_id)
+        finally:
+            api.metrics.started(-1)
+            api.slots.release()
+            api.metrics.finished(finish)
+
+    def complete(self, req: GenRequest, request_id: str) -> str:
+        api = self.api
+        tokens, finish, steps = api.plan(req)
+        try:
+            for _ in api.run_steps(req, steps):
+                pass
+        except EngineDead:
+            self.send_error_body(api.dead_error())
+            return "abort"
+        self.send_json(200, response_body(req, request_id, "".join(tokens), finish, len(tokens)))
+        return finish
+
+    def stream(self, req: GenRequest, request_id: str) -> str:
+        api = self.api
+        tokens, finish, steps = api.plan(req)
+        self.start_stream()
+        sent = 0
+        try:
+            for number, step in enumerate(api.run_steps(req, steps)):
+                if number == 0 and req.chat:
+                    self.send_event(chunk_body(req, request_id, None, None, role=True))
+                text = "".join(tokens[sent:sent + step.tokens])
+                sent += step.tokens
+                self.send_event(chunk_body(req, request_id, text, finish if sent == len(tokens) else None))
+        except EngineDead:
+            self.send_event(api.dead_error().body())
+            self.end_stream()
+            return "abort"
+        if req.include_usage:
+            self.send_event(usage_chunk(req, request_id, len(tokens)))
+        self.end_stream()
+        return finish
