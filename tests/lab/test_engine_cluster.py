@@ -1,0 +1,361 @@
+"""Multi-process tests of the vLLM lab double: real `vllm serve` ranks on 127.0.0.1.
+
+Each test starts the ranks as subprocesses with free ports, and talks to the
+head over HTTP as deployment tooling would.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+ENGINE = Path(__file__).resolve().parents[2] / "lab/engine"
+sys.path.insert(0, str(ENGINE))
+
+import make_tiny_model  # noqa: E402 (lab/engine is put on sys.path above)
+
+VLLM = ENGINE / "bin/vllm"
+FAST = {"VLLM_DOUBLE_TTFT_BASE_MS": "5", "VLLM_DOUBLE_TTFT_PER_1K_MS": "0", "VLLM_DOUBLE_ITL_MS": "1",
+        "VLLM_DOUBLE_HEARTBEAT_S": "0.2", "VLLM_DOUBLE_HEARTBEAT_TIMEOUT_S": "3"}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("model") / "tiny"
+    make_tiny_model.make_model(path, shards=2, shard_mib=1)
+    return path
+
+
+class Rank:
+    """One `vllm serve` process and its log."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], log: Path) -> None:
+        self.log = log
+        with log.open("wb") as out:
+            self.proc = subprocess.Popen([str(VLLM), *argv], stdout=out, stderr=subprocess.STDOUT,
+                                         env={**os.environ, **env})
+
+    def text(self) -> str:
+        return self.log.read_text(encoding="utf-8", errors="replace")
+
+    def wait(self, timeout: float = 10) -> int:
+        return self.proc.wait(timeout=timeout)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+class Cluster:
+    """Ranks of one deployment: same model, master port and API port."""
+
+    def __init__(self, model: Path, nnodes: int, logs: Path, env: dict[str, str] | None = None) -> None:
+        self.model = model
+        self.nnodes = nnodes
+        self.logs = logs
+        self.env = {**FAST, **(env or {})}
+        self.master_port = free_port()
+        self.port = free_port()
+        self.ranks: list[Rank] = []
+
+    def start(self, rank: int, *extra: str, nnodes: int | None = None, env: dict[str, str] | None = None,
+              name: str | None = None) -> Rank:
+        nnodes = nnodes or self.nnodes
+        argv = ["serve", str(self.model), "--served-model-name", "tiny", "--tensor-parallel-size", str(nnodes),
+                "--nnodes", str(nnodes), "--node-rank", str(rank), "--master-addr", "127.0.0.1",
+                "--master-port", str(self.master_port)]
+        argv += ["--host", "127.0.0.1", "--port", str(self.port)] if rank == 0 else ["--headless"]
+        started = Rank(argv + list(extra), {**self.env, **(env or {})}, self.logs / ("%s.log" % (name or rank)))
+        self.ranks.append(started)
+        return started
+
+    def stop(self) -> None:
+        for rank in self.ranks:
+            rank.stop()
+
+    # --- HTTP ------------------------------------------------------------
+
+    def request(self, method: str, path: str, body: Any = None,
+                headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        try:
+            data = json.dumps(body).encode() if body is not None else None
+            conn.request(method, path, body=data, headers={"Content-Type": "application/json", **(headers or {})})
+            response = conn.getresponse()
+            return response.status, response.read()
+        finally:
+            conn.close()
+
+    def get(self, path: str, **kwargs: Any) -> tuple[int, bytes]:
+        return self.request("GET", path, **kwargs)
+
+    def post(self, path: str, body: Any, **kwargs: Any) -> tuple[int, Any]:
+        status, data = self.request("POST", path, body, **kwargs)
+        return status, json.loads(data) if data else None
+
+    def wait_health(self, status: int = 200, timeout: float = 10) -> None:
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            try:
+                last = self.get("/health")
+                if last[0] == status:
+                    return
+            except OSError as exc:
+                last = exc
+            time.sleep(0.05)
+        raise AssertionError("health never %d (last %r)\n%s" % (status, last, self.logs_text()))
+
+    def logs_text(self) -> str:
+        return "\n".join("--- %s\n%s" % (r.log.name, r.text()) for r in self.ranks)
+
+    def stream(self, path: str, body: dict[str, Any]) -> Iterator[tuple[float, Any]]:
+        """(arrival time, parsed data) of each server-sent event."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        conn.request("POST", path, body=json.dumps({**body, "stream": True}).encode(),
+                     headers={"Content-Type": "application/json"})
+        response = conn.getresponse()
+        assert response.status == 200 and response.getheader("Content-Type", "").startswith("text/event-stream")
+        try:
+            while True:
+                line = response.readline()
+                if not line:
+                    return
+                if line.startswith(b"data: "):
+                    payload = line[6:].strip().decode()
+                    yield time.monotonic(), (payload if payload == "[DONE]" else json.loads(payload))
+        finally:
+            conn.close()
+
+
+@pytest.fixture
+def cluster_factory(model: Path, tmp_path: Path) -> Iterator[Any]:
+    made: list[Cluster] = []
+
+    def make(nnodes: int, env: dict[str, str] | None = None) -> Cluster:
+        made.append(Cluster(model, nnodes, tmp_path, env))
+        return made[-1]
+
+    yield make
+    for cluster in made:
+        cluster.stop()
+
+
+def metric(text: bytes, name: str, **labels: str) -> float:
+    wanted = ['model_name="tiny"', 'engine="0"'] + ['%s="%s"' % kv for kv in labels.items()]
+    for line in text.decode().splitlines():
+        if line.startswith(name + "{") and all(label in line for label in wanted):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError("no %s %s in\n%s" % (name, labels, text.decode()))
+
+
+def exits_nonzero_with(rank: Rank, text: str, timeout: float = 10) -> None:
+    code = rank.wait(timeout)
+    assert code not in (0, None), rank.text()
+    assert text in rank.text(), rank.text()
+
+
+# --- two ranks ----------------------------------------------------------------
+
+
+def test_two_ranks_serve_stream_count_and_die_like_vllm(cluster_factory: Any) -> None:
+    cluster: Cluster = cluster_factory(2, {"VLLM_DOUBLE_ACCEPT": "1,1,0"})
+    worker = cluster.start(1)  # workers first, as the seeds start them
+    time.sleep(0.3)
+    head = cluster.start(0, "--speculative-config", '{"method":"ngram","num_speculative_tokens":3}')
+    cluster.wait_health(200)
+    assert "joined the head at 127.0.0.1:%d as node rank 1 of 2" % cluster.master_port in worker.text()
+    assert "loaded 2 shards, 2.0 MiB in" in head.text() and "loaded 2 shards" in worker.text()
+
+    status, data = cluster.get("/v1/models")
+    [entry] = json.loads(data)["data"]
+    assert status == 200 and entry["id"] == "tiny" and entry["root"] == str(cluster.model)
+    assert entry["max_model_len"] == 4096 and entry["owned_by"] == "vllm"
+
+    before = cluster.get("/metrics")[1]
+    status, answer = cluster.post("/v1/completions", {"model": "tiny", "prompt": "The capital of France is",
+                                                      "max_tokens": 10, "ignore_eos": True, "temperature": 0})
+    assert status == 200 and answer["object"] == "text_completion"
+    assert answer["usage"] == {"prompt_tokens": 5, "completion_tokens": 10, "total_tokens": 15}
+    assert len(answer["choices"][0]["text"].split()) == 10 and answer["choices"][0]["finish_reason"] == "length"
+    after = cluster.get("/metrics")[1]
+    # Positions 0 and 1 always accepted, 2 never: 1 prefill token, then 3 steps of 3 tokens.
+    grew = {name: metric(after, name) - metric(before, name) for name in (
+        "vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
+        "vllm:spec_decode_num_accepted_tokens_total", "vllm:prompt_tokens_total", "vllm:generation_tokens_total")}
+    assert grew == {"vllm:spec_decode_num_drafts_total": 3, "vllm:spec_decode_num_draft_tokens_total": 9,
+                    "vllm:spec_decode_num_accepted_tokens_total": 6, "vllm:prompt_tokens_total": 5,
+                    "vllm:generation_tokens_total": 10}
+    name = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+    assert [metric(after, name, position=str(p)) for p in range(3)] == [3, 3, 0]
+
+    events = [event for _, event in cluster.stream("/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "say something"}], "max_tokens": 7, "ignore_eos": True,
+        "stream_options": {"include_usage": True}})]
+    assert events[-1] == "[DONE]"
+    assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    text = "".join(e["choices"][0]["delta"].get("content", "") for e in events[1:-2])
+    assert len(text.split()) == 7 and events[-3]["choices"][0]["finish_reason"] == "length"
+    assert events[-2]["choices"] == [] and events[-2]["usage"]["completion_tokens"] == 7
+
+    worker.proc.kill()
+    cluster.wait_health(503)
+    status, body = cluster.get("/health")
+    assert "node rank 1" in json.loads(body)["error"]
+    status, answer = cluster.post("/v1/completions", {"prompt": "still there?", "max_tokens": 1})
+    assert status == 500 and "node rank 1" in answer["error"]["message"]
+    assert cluster.get("/v1/models")[0] == 200  # the trap: models still answers
+    assert head.proc.poll() is None and "engine dead: node rank 1 is gone" in head.text()
+
+
+# --- three ranks --------------------------------------------------------------
+
+
+def test_three_ranks_refuse_bad_joins_and_workers_exit_when_the_head_dies(cluster_factory: Any) -> None:
+    cluster: Cluster = cluster_factory(3)
+    head = cluster.start(0, env={"VLLM_DOUBLE_LOAD_DELAY_S": "1"})  # head first, as sparkrun does
+    first = cluster.start(1)
+    cluster.wait_health(503)
+    deadline = time.monotonic() + 5
+    while "node rank 1 joined" not in head.text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    twin = cluster.start(1, name="twin")
+    stranger = cluster.start(5, "-tp", "6", nnodes=6, name="stranger")
+    exits_nonzero_with(twin, "refused node rank 1: rank 1 has already joined")
+    exits_nonzero_with(stranger, "refused node rank 5: rank 5 is out of range")
+    assert json.loads(cluster.get("/health")[1])["waiting_for_ranks"] == [2]
+    assert cluster.get("/v1/models")[0] == 503
+
+    second = cluster.start(2)
+    cluster.wait_health(200)
+    status, answer = cluster.post("/v1/completions", {"prompt": "one two three", "max_tokens": 3})
+    assert status == 200 and answer["usage"]["prompt_tokens"] == 3
+
+    late = cluster.start(2, name="late")
+    exits_nonzero_with(late, "the rendezvous is over")
+    head.proc.kill()
+    exits_nonzero_with(first, "lost the head at 127.0.0.1:%d" % cluster.master_port)
+    exits_nonzero_with(second, "lost the head")
+
+
+def test_a_worker_without_a_head_gives_up_after_the_join_timeout(cluster_factory: Any) -> None:
+    cluster: Cluster = cluster_factory(2, {"VLLM_DOUBLE_JOIN_TIMEOUT_S": "1"})
+    started = time.monotonic()
+    worker = cluster.start(1)
+    exits_nonzero_with(worker, "could not reach the head at 127.0.0.1:%d" % cluster.master_port)
+    assert 1.0 <= time.monotonic() - started < 5
+    assert "waiting for the head" in worker.text()
+
+
+def test_sigterm_stops_head_and_worker_with_exit_0(cluster_factory: Any) -> None:
+    cluster: Cluster = cluster_factory(2)
+    head = cluster.start(0)
+    worker = cluster.start(1)
+    cluster.wait_health(200)
+    for rank in (worker, head):
+        started = time.monotonic()
+        rank.proc.send_signal(signal.SIGTERM)
+        assert rank.wait() == 0
+        assert time.monotonic() - started < 1.0
+        assert "received SIGTERM; shutting down" in rank.text()
+
+
+def test_a_missing_shard_stops_the_head_naming_it(cluster_factory: Any, tmp_path: Path) -> None:
+    broken = tmp_path / "broken"
+    make_tiny_model.make_model(broken, shards=3, shard_mib=0.25)
+    (broken / "model-00002-of-00003.safetensors").unlink()
+    cluster: Cluster = cluster_factory(1)
+    cluster.model = broken
+    head = cluster.start(0)
+    exits_nonzero_with(head, "missing shard model-00002-of-00003.safetensors")
+    assert head.proc.returncode == 1 and "ERROR" in head.text()
+
+
+# --- one rank: timings, concurrency, API key, provenance ------------------------
+
+
+def test_timings_concurrency_api_key_and_sources(cluster_factory: Any) -> None:
+    # TTFT = 150 ms + 100 ms per 1000 prompt tokens x 500 = 200 ms; 20 ms per decode step.
+    cluster: Cluster = cluster_factory(1, {"VLLM_DOUBLE_TTFT_BASE_MS": "150", "VLLM_DOUBLE_TTFT_PER_1K_MS": "100",
+                                           "VLLM_DOUBLE_ITL_MS": "20"})
+    head = cluster.start(0, "--api-key", "sesame", "--max-model-len", "2048")
+    cluster.wait_health(200)
+    key = {"Authorization": "Bearer sesame"}
+    assert cluster.get("/v1/models")[0] == 401
+    assert cluster.get("/v1/models", headers={"Authorization": "Bearer wrong"})[0] == 401
+    assert cluster.get("/v1/models", headers=key)[0] == 200
+    assert cluster.get("/health")[0] == 200 and cluster.get("/metrics")[0] == 200
+
+    body = {"prompt": "word " * 500, "max_tokens": 11, "ignore_eos": True}
+    conn_events = []
+    sent = time.monotonic()
+    cluster_stream = Cluster.stream
+    original_request = http.client.HTTPConnection.request
+
+    def with_key(self: http.client.HTTPConnection, *args: Any, **kwargs: Any) -> None:
+        kwargs["headers"] = {**kwargs.get("headers", {}), **key}
+        original_request(self, *args, **kwargs)
+
+    http.client.HTTPConnection.request = with_key  # type: ignore[method-assign]
+    try:
+        sent = time.monotonic()
+        conn_events = list(cluster_stream(cluster, "/v1/completions", body))
+    finally:
+        http.client.HTTPConnection.request = original_request  # type: ignore[method-assign]
+    times = [t for t, event in conn_events if event != "[DONE]" and event["choices"] and event["choices"][0]["text"]]
+    assert len(times) == 11
+    ttft = times[0] - sent
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert abs(ttft - 0.200) <= 0.020, ttft
+    assert abs(sum(gaps) / len(gaps) - 0.020) <= 0.002, gaps
+
+    results: list[float] = []
+
+    def one() -> None:
+        started = time.monotonic()
+        status, answer = cluster.post("/v1/completions", body, headers=key)
+        assert status == 200 and answer["usage"]["completion_tokens"] == 11
+        results.append(time.monotonic() - started)
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=one) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(results) == 4 and time.monotonic() - started < 0.6  # four 0.4 s requests at once, not in turn
+
+    status, answer = cluster.post("/v1/chat/completions", {"model": "tiny", "max_tokens": 3000,
+                                                           "messages": [{"role": "user", "content": "hi"}]},
+                                  headers=key)
+    assert status == 400 and "maximum context length is 2048" in answer["error"]["message"]
+    status, answer = cluster.post("/v1/completions", {"model": "nope", "prompt": "x"}, headers=key)
+    assert status == 404 and answer["error"]["type"] == "NotFoundError"
+
+    status, data = cluster.get("/sparkserve/double/sources")
+    files = json.loads(data)["files"]
+    on_disk = {p.relative_to(ENGINE).as_posix(): p for p in sorted((ENGINE / "vllm_double").glob("*.py"))}
+    assert status == 200 and set(on_disk) <= set(files) and "bin/vllm" in files
+    for name, path in on_disk.items():
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        assert files[name] == digest
+        assert "source %s sha256=%s" % (name, digest) in head.text()
