@@ -14,7 +14,7 @@ Usage::
 
     build_image.py --spec lab/node/image.yml [--dry-run]
 
-The spec (YAML)::
+The spec (YAML) of an image made from a Debian root::
 
     name: sparkserve-lab/node       # repository of the image
     suite: bookworm                 # Debian release
@@ -23,6 +23,15 @@ The spec (YAML)::
     rootfs: rootfs                  # folder laid over the root (relative)
     remove: [etc/machine-id]        # globs removed after the overlay
     changes: ['CMD ["/sbin/init"]'] # docker import --change lines
+
+or of an image built on another lab image with ``docker build``::
+
+    name: sparkserve-lab/engine
+    base: ../python/image.yml       # the spec of the image to build FROM
+    dockerfile: Dockerfile          # in the spec's folder (the build context)
+
+The Dockerfile gets the base image's reference as the build argument BASE;
+the base's hash is part of this image's hash, and the base is built first.
 
 The Debian mirror is the one this machine's apt uses (read from its sources),
 so the build goes where the machine's own package installs go.
@@ -68,12 +77,32 @@ class ImageSpec:
     remove: tuple[str, ...] = ()
     changes: tuple[str, ...] = ()
     source: Path = field(default=Path("."))
+    base: "ImageSpec | None" = None
+    dockerfile: Path | None = None
+
+    @classmethod
+    def _load_derived(cls, path: Path, data: dict) -> "ImageSpec":
+        """A spec built with docker build on top of another spec's image."""
+        for key in ("name", "dockerfile"):
+            if key not in data:
+                raise SpecError(f"{path}: '{key}' is required with 'base'")
+        dockerfile = path.parent / str(data["dockerfile"])
+        if not dockerfile.is_file():
+            raise SpecError(f"{path}: dockerfile {data['dockerfile']} does not exist")
+        base_path = (path.parent / str(data["base"])).resolve()
+        if base_path == path.resolve():
+            raise SpecError(f"{path}: an image cannot be its own base")
+        base = cls.load(base_path)
+        return cls(name=str(data["name"]), suite=base.suite, variant="docker-build", packages=(),
+                   rootfs=path.parent.resolve(), source=path, base=base, dockerfile=dockerfile)
 
     @classmethod
     def load(cls, path: Path) -> "ImageSpec":
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
         if not isinstance(data, dict):
             raise SpecError(f"{path}: an image spec is a mapping")
+        if "base" in data:
+            return cls._load_derived(path, data)
         for key in ("name", "suite", "packages"):
             if key not in data:
                 raise SpecError(f"{path}: '{key}' is required")
@@ -119,6 +148,8 @@ def inputs_hash(spec: ImageSpec, program: Path = Path(__file__)) -> str:
     }
     digest.update(json.dumps(recipe, sort_keys=True).encode())
     digest.update(program.read_bytes())
+    if spec.base is not None:
+        digest.update(b"base:" + inputs_hash(spec.base, program).encode())
     if spec.rootfs is not None:
         for rel in overlay_files(spec.rootfs):
             full = spec.rootfs / rel
@@ -181,8 +212,24 @@ def remove_paths(root: Path, patterns: Sequence[str]) -> list[str]:
     return removed
 
 
+def image_ref(spec: ImageSpec) -> str:
+    """The reference an image of this spec gets: its name and its inputs' hash."""
+    return f"{spec.name}:{inputs_hash(spec)[:16]}"
+
+
+def build_derived(spec: ImageSpec, tag: str, runner: Runner = run) -> str:
+    """docker build the spec's folder on top of its base image."""
+    assert spec.base is not None and spec.dockerfile is not None and spec.rootfs is not None
+    image = f"{spec.name}:{tag}"
+    runner(["docker", "build", "--quiet", "--build-arg", f"BASE={image_ref(spec.base)}",
+            "--file", str(spec.dockerfile), "--tag", image, str(spec.rootfs)])
+    return image
+
+
 def build(spec: ImageSpec, tag: str, workdir: Path, runner: Runner = run) -> str:
     """Make the root, lay the overlay, import it; return the image reference."""
+    if spec.base is not None:
+        return build_derived(spec, tag, runner)
     image = f"{spec.name}:{tag}"
     root = workdir / "root"
     cmd = ["debootstrap", f"--variant={spec.variant}", "--include=" + ",".join(spec.packages), spec.suite, str(root)]
@@ -207,6 +254,11 @@ def build(spec: ImageSpec, tag: str, workdir: Path, runner: Runner = run) -> str
     return image
 
 
+def chain_of(spec: ImageSpec) -> list[ImageSpec]:
+    """The spec's bases, the deepest first, then the spec itself."""
+    return ([] if spec.base is None else chain_of(spec.base)) + [spec]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spec", type=Path, required=True, help="image spec (YAML)")
@@ -221,7 +273,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     full_hash = inputs_hash(spec)
     image = f"{spec.name}:{full_hash[:16]}"
     result = {"image": image, "inputs_hash": full_hash, "built": False}
-    if image_exists(image):
+    missing = [one for one in chain_of(spec) if not image_exists(image_ref(one))]
+    if not missing:
         print(json.dumps(result))
         return 0
     result["built"] = True
@@ -231,8 +284,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.workdir is not None:
             args.workdir.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix="sparkserve-image-", dir=args.workdir or "/var/tmp") as work:
-            build(spec, full_hash[:16], Path(work))
+        for one in missing:
+            with tempfile.TemporaryDirectory(prefix="sparkserve-image-", dir=args.workdir or "/var/tmp") as work:
+                build(one, inputs_hash(one)[:16], Path(work))
     except subprocess.CalledProcessError as err:
         tail = (err.stderr or err.stdout or "").strip().splitlines()[-5:]
         print(f"build_image: {' '.join(err.cmd[:2])} failed (rc={err.returncode}): " + " | ".join(tail), file=sys.stderr)

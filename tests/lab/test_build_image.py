@@ -197,3 +197,59 @@ def test_main_reports_a_failed_step(spec_dir: Path, monkeypatch: pytest.MonkeyPa
 def test_main_refuses_a_bad_spec(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert build_image.main(["--spec", str(write_spec(tmp_path, "suite: bookworm\n"))]) == 2
     assert "'name' is required" in capsys.readouterr().err
+
+
+def derived_spec(spec_dir: Path) -> Path:
+    engine = spec_dir / "engine"
+    engine.mkdir()
+    (engine / "Dockerfile").write_text("ARG BASE\nFROM ${BASE}\nCOPY app /opt/app\n", encoding="utf-8")
+    (engine / "app").write_text("print('v1')\n", encoding="utf-8")
+    return write_spec(engine, "name: sparkserve-lab/engine\nbase: ../image.yml\ndockerfile: Dockerfile\n")
+
+
+def test_a_derived_image_hashes_its_base_and_its_context(spec_dir: Path) -> None:
+    path = derived_spec(spec_dir)
+    spec = build_image.ImageSpec.load(path)
+    assert spec.base is not None and spec.base.name == "sparkserve-lab/test"
+    first = build_image.inputs_hash(spec)
+    (spec_dir / "engine" / "app").write_text("print('v2')\n", encoding="utf-8")
+    second = build_image.inputs_hash(spec)
+    assert second != first
+    (spec_dir / "rootfs" / "etc" / "motd").write_text("base changed\n", encoding="utf-8")
+    assert build_image.inputs_hash(spec) != second
+    assert [one.name for one in build_image.chain_of(spec)] == ["sparkserve-lab/test", "sparkserve-lab/engine"]
+
+
+def test_a_derived_image_is_built_from_its_base_reference(spec_dir: Path) -> None:
+    spec = build_image.ImageSpec.load(derived_spec(spec_dir))
+    calls: list[list[str]] = []
+
+    def fake(cmd: Sequence[str]) -> subprocess.CompletedProcess[str]:
+        calls.append(list(cmd))
+        return subprocess.CompletedProcess(list(cmd), 0, "", "")
+
+    image = build_image.build(spec, "feedfacecafebeef", spec_dir, runner=fake)
+    assert image == "sparkserve-lab/engine:feedfacecafebeef"
+    (docker_build,) = calls
+    assert docker_build[:3] == ["docker", "build", "--quiet"]
+    assert f"BASE={build_image.image_ref(spec.base)}" in docker_build
+    assert docker_build[-1] == str(spec_dir / "engine")
+
+
+def test_main_builds_only_the_missing_images_of_the_chain(spec_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    path = derived_spec(spec_dir)
+    spec = build_image.ImageSpec.load(path)
+    present = {build_image.image_ref(spec.base)}
+    monkeypatch.setattr(build_image, "image_exists", lambda image: image in present)
+    built: list[str] = []
+    monkeypatch.setattr(build_image, "build", lambda one, tag, work, runner=None: built.append(one.name) or f"{one.name}:{tag}")
+    assert build_image.main(["--spec", str(path), "--workdir", str(spec_dir / "w")]) == 0
+    assert built == ["sparkserve-lab/engine"]
+    assert json.loads(capsys.readouterr().out)["built"] is True
+
+
+def test_a_derived_spec_needs_its_dockerfile(spec_dir: Path) -> None:
+    engine = spec_dir / "engine"
+    engine.mkdir()
+    with pytest.raises(build_image.SpecError, match="dockerfile Dockerfile does not exist"):
+        build_image.ImageSpec.load(write_spec(engine, "name: a/b\nbase: ../image.yml\ndockerfile: Dockerfile\n"))

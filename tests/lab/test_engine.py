@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -131,6 +132,16 @@ def test_the_lab_recipes_render_command_lines_the_double_accepts() -> None:
             assert argv[:2] == ["vllm", "serve"]
             args = cli.parse_args(argv[1:])
             assert cli.check_args(args) == [], (path.name, rank, argv)
+
+
+def test_readme_documents_every_flag_and_knob() -> None:
+    readme = (ENGINE / "README.md").read_text(encoding="utf-8")
+    for flag in cli.FLAGS:
+        for name in flag.names:
+            assert "`%s" % name in readme, name
+    knobs_source = (ENGINE / "vllm_double/knobs.py").read_text(encoding="utf-8")
+    for variable in set(re.findall(r'"(VLLM_[A-Z0-9_]+)"', knobs_source)):
+        assert "`%s`" % variable in readme, variable
 
 
 def test_knobs_from_the_environment() -> None:

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -128,11 +128,12 @@ class Cluster:
     def logs_text(self) -> str:
         return "\n".join("--- %s\n%s" % (r.log.name, r.text()) for r in self.ranks)
 
-    def stream(self, path: str, body: dict[str, Any]) -> Iterator[tuple[float, Any]]:
+    def stream(self, path: str, body: dict[str, Any],
+               headers: dict[str, str] | None = None) -> Iterator[tuple[float, Any]]:
         """(arrival time, parsed data) of each server-sent event."""
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
         conn.request("POST", path, body=json.dumps({**body, "stream": True}).encode(),
-                     headers={"Content-Type": "application/json"})
+                     headers={"Content-Type": "application/json", **(headers or {})})
         response = conn.getresponse()
         assert response.status == 200 and response.getheader("Content-Type", "").startswith("text/event-stream")
         try:
@@ -166,6 +167,14 @@ def metric(text: bytes, name: str, **labels: str) -> float:
         if line.startswith(name + "{") and all(label in line for label in wanted):
             return float(line.rsplit(" ", 1)[1])
     raise AssertionError("no %s %s in\n%s" % (name, labels, text.decode()))
+
+
+def eventually(condition: Callable[[], bool], cluster: Cluster, timeout: float = 5) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition never met\n" + cluster.logs_text())
+        time.sleep(0.05)
 
 
 def exits_nonzero_with(rank: Rank, text: str, timeout: float = 10) -> None:
@@ -232,18 +241,16 @@ def test_two_ranks_serve_stream_count_and_die_like_vllm(cluster_factory: Any) ->
 
 def test_three_ranks_refuse_bad_joins_and_workers_exit_when_the_head_dies(cluster_factory: Any) -> None:
     cluster: Cluster = cluster_factory(3)
-    head = cluster.start(0, env={"VLLM_DOUBLE_LOAD_DELAY_S": "1"})  # head first, as sparkrun does
+    head = cluster.start(0)  # head first, as sparkrun does
     first = cluster.start(1)
     cluster.wait_health(503)
-    deadline = time.monotonic() + 5
-    while "node rank 1 joined" not in head.text() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    eventually(lambda: json.loads(cluster.get("/health")[1])["waiting_for_ranks"] == [2], cluster)
+    assert "node rank 1 joined" in head.text() and cluster.get("/v1/models")[0] == 503
     twin = cluster.start(1, name="twin")
     stranger = cluster.start(5, "-tp", "6", nnodes=6, name="stranger")
     exits_nonzero_with(twin, "refused node rank 1: rank 1 has already joined")
     exits_nonzero_with(stranger, "refused node rank 5: rank 5 is out of range")
-    assert json.loads(cluster.get("/health")[1])["waiting_for_ranks"] == [2]
-    assert cluster.get("/v1/models")[0] == 503
+    assert cluster.get("/health")[0] == 503
 
     second = cluster.start(2)
     cluster.wait_health(200)
@@ -266,17 +273,67 @@ def test_a_worker_without_a_head_gives_up_after_the_join_timeout(cluster_factory
     assert "waiting for the head" in worker.text()
 
 
-def test_sigterm_stops_head_and_worker_with_exit_0(cluster_factory: Any) -> None:
-    cluster: Cluster = cluster_factory(2)
+def test_a_head_without_its_workers_gives_up_after_the_ready_timeout(cluster_factory: Any) -> None:
+    cluster: Cluster = cluster_factory(3, {"VLLM_ENGINE_READY_TIMEOUT_S": "0.5"})
+    head = cluster.start(0)
+    cluster.start(2)
+    exits_nonzero_with(head, "engine not ready after 0.5 s (VLLM_ENGINE_READY_TIMEOUT_S); "
+                             "still waiting for node ranks [1]")
+
+
+def stops_on_sigterm(rank: Rank) -> None:
+    started = time.monotonic()
+    rank.proc.send_signal(signal.SIGTERM)
+    assert rank.wait() == 0
+    assert time.monotonic() - started < 1.0
+    assert "received SIGTERM; shutting down" in rank.text()
+
+
+def test_sigterm_stops_a_worker_and_a_busy_head_with_exit_0(cluster_factory: Any) -> None:
+    pair: Cluster = cluster_factory(2)
+    pair.start(0)
+    worker = pair.start(1)
+    pair.wait_health(200)
+    stops_on_sigterm(worker)
+    single: Cluster = cluster_factory(1)
+    head = single.start(0)
+    single.wait_health(200)
+    def long_request() -> None:
+        try:
+            single.post("/v1/completions", {"prompt": "go on", "max_tokens": 4000, "ignore_eos": True})
+        except OSError:
+            pass  # the head went away mid-request, as intended
+
+    threading.Thread(target=long_request, daemon=True).start()  # the stop must not wait for it (4000 steps of 1 ms)
+    eventually(lambda: b'vllm:num_requests_running{model_name="tiny",engine="0"} 1.0'
+               in single.get("/metrics")[1], single)
+    stops_on_sigterm(head)
+
+
+def test_a_silent_worker_is_lost_after_the_heartbeat_timeout(cluster_factory: Any) -> None:
+    cluster: Cluster = cluster_factory(2, {"VLLM_DOUBLE_HEARTBEAT_TIMEOUT_S": "0.8"})
     head = cluster.start(0)
     worker = cluster.start(1)
     cluster.wait_health(200)
-    for rank in (worker, head):
-        started = time.monotonic()
-        rank.proc.send_signal(signal.SIGTERM)
-        assert rank.wait() == 0
-        assert time.monotonic() - started < 1.0
-        assert "received SIGTERM; shutting down" in rank.text()
+    time.sleep(1.2)  # longer than the timeout: heartbeats keep both sides alive
+    assert cluster.get("/health")[0] == 200 and worker.proc.poll() is None
+    worker.proc.send_signal(signal.SIGSTOP)  # alive but silent, like a hung rank
+    try:
+        cluster.wait_health(503, timeout=5)
+    finally:
+        worker.proc.send_signal(signal.SIGCONT)
+    assert "node rank 1 is gone (no heartbeat)" in json.loads(cluster.get("/health")[1])["error"]
+    assert "engine dead" in head.text()
+
+
+def test_a_busy_api_port_stops_the_head(cluster_factory: Any) -> None:
+    cluster: Cluster = cluster_factory(1)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        cluster.port = busy.getsockname()[1]
+        head = cluster.start(0)
+        exits_nonzero_with(head, "cannot listen on 127.0.0.1:%d for the API" % cluster.port)
 
 
 def test_a_missing_shard_stops_the_head_naming_it(cluster_factory: Any, tmp_path: Path) -> None:
@@ -288,6 +345,13 @@ def test_a_missing_shard_stops_the_head_naming_it(cluster_factory: Any, tmp_path
     head = cluster.start(0)
     exits_nonzero_with(head, "missing shard model-00002-of-00003.safetensors")
     assert head.proc.returncode == 1 and "ERROR" in head.text()
+
+    pair: Cluster = cluster_factory(2)
+    head = pair.start(0)
+    pair.model = broken  # only the worker's copy is incomplete
+    worker = pair.start(1)
+    exits_nonzero_with(worker, "weight loading failed: missing shard model-00002-of-00003.safetensors")
+    exits_nonzero_with(head, "engine failed: node rank 1 failed: missing shard")
 
 
 # --- one rank: timings, concurrency, API key, provenance ------------------------
@@ -306,22 +370,9 @@ def test_timings_concurrency_api_key_and_sources(cluster_factory: Any) -> None:
     assert cluster.get("/health")[0] == 200 and cluster.get("/metrics")[0] == 200
 
     body = {"prompt": "word " * 500, "max_tokens": 11, "ignore_eos": True}
-    conn_events = []
     sent = time.monotonic()
-    cluster_stream = Cluster.stream
-    original_request = http.client.HTTPConnection.request
-
-    def with_key(self: http.client.HTTPConnection, *args: Any, **kwargs: Any) -> None:
-        kwargs["headers"] = {**kwargs.get("headers", {}), **key}
-        original_request(self, *args, **kwargs)
-
-    http.client.HTTPConnection.request = with_key  # type: ignore[method-assign]
-    try:
-        sent = time.monotonic()
-        conn_events = list(cluster_stream(cluster, "/v1/completions", body))
-    finally:
-        http.client.HTTPConnection.request = original_request  # type: ignore[method-assign]
-    times = [t for t, event in conn_events if event != "[DONE]" and event["choices"] and event["choices"][0]["text"]]
+    events = list(cluster.stream("/v1/completions", body, headers=key))
+    times = [t for t, event in events if event != "[DONE]" and event["choices"] and event["choices"][0]["text"]]
     assert len(times) == 11
     ttft = times[0] - sent
     gaps = [b - a for a, b in zip(times, times[1:])]
@@ -343,6 +394,14 @@ def test_timings_concurrency_api_key_and_sources(cluster_factory: Any) -> None:
     for thread in threads:
         thread.join()
     assert len(results) == 4 and time.monotonic() - started < 0.6  # four 0.4 s requests at once, not in turn
+
+    status, answer = cluster.post("/v1/chat/completions", {"model": "tiny", "max_tokens": 2, "ignore_eos": True,
+                                                           "messages": [{"role": "user", "content": "hi"}]},
+                                  headers=key)
+    assert status == 200 and answer["object"] == "chat.completion"
+    assert answer["choices"][0]["message"]["role"] == "assistant"
+    assert len(answer["choices"][0]["message"]["content"].split()) == 2
+    assert answer["usage"] == {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}
 
     status, answer = cluster.post("/v1/chat/completions", {"model": "tiny", "max_tokens": 3000,
                                                            "messages": [{"role": "user", "content": "hi"}]},

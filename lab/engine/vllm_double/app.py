@@ -129,6 +129,9 @@ def _head_loader(args: ServeArgs, knobs: Knobs, log: Logger, state: EngineState,
         except WeightError as exc:
             state.fail("weight loading failed: %s" % exc)
             return
+        except Exception as exc:  # noqa: BLE001 (any fault must stop the head, not hang it)
+            state.fail("weight loading failed: %r" % exc)
+            return
         state.local_loaded()
     return load
 
@@ -166,8 +169,10 @@ def _wait_head(state: EngineState, knobs: Knobs, log: Logger, stop: threading.Ev
             log.info("Application startup complete; serving on %s" % address)
             announced = True
         if phase is Phase.LOADING and time.monotonic() > deadline:
-            log.error("engine not ready after %.0f s (VLLM_ENGINE_READY_TIMEOUT_S); still waiting for ranks %s"
-                      % (knobs.ready_timeout_s, state.missing_ranks() or "[] and the head's own weights"))
+            missing = state.missing_ranks()
+            waiting = "node ranks %s" % missing if missing else "the head's own weights"
+            log.error("engine not ready after %g s (VLLM_ENGINE_READY_TIMEOUT_S); still waiting for %s"
+                      % (knobs.ready_timeout_s, waiting))
             return 1
         state.wait(POLL_S)
     return 0
@@ -202,14 +207,20 @@ def _worker_loader(args: ServeArgs, knobs: Knobs, log: Logger, channel: Channel,
         except LoadInterrupted:
             return
         except WeightError as exc:
-            failure.append("weight loading failed: %s" % exc)
-            try:
-                channel.send({"type": "failed", "reason": str(exc)})
-            except OSError:
-                pass
+            _report_failure(channel, failure, str(exc))
         except OSError as exc:
             failure.append("cannot report to the head: %s" % exc)
+        except Exception as exc:  # noqa: BLE001 (any fault must stop the worker, not hang it)
+            _report_failure(channel, failure, repr(exc))
     return load
+
+
+def _report_failure(channel: Channel, failure: list[str], reason: str) -> None:
+    failure.append("weight loading failed: %s" % reason)
+    try:
+        channel.send({"type": "failed", "reason": reason})
+    except OSError:
+        pass
 
 
 def run_worker(args: ServeArgs, knobs: Knobs, log: Logger, stop: threading.Event) -> int:

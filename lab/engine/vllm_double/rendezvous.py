@@ -138,8 +138,12 @@ class HeadRendezvous:
             except OSError:
                 pass
             return None
-        channel.send({"type": "accept", "nnodes": self.state.nnodes})
         assert isinstance(rank, int)
+        try:
+            channel.send({"type": "accept", "nnodes": self.state.nnodes})
+        except OSError as exc:
+            self.state.rank_lost(rank, "connection error during the join: %s" % exc)
+            return None
         self.log.info("rendezvous: node rank %d joined from %s (%d of %d worker ranks)"
                       % (rank, peer, len(self.state.joined()), self.state.nnodes - 1))
         return rank
@@ -147,11 +151,7 @@ class HeadRendezvous:
     def _serve_worker(self, conn: socket.socket, address: Any) -> None:
         peer = "%s:%s" % (address[0], address[1])
         channel = Channel(conn, self.timeout_s)
-        try:
-            rank = self._admit(channel, peer)
-        except OSError as exc:
-            self.log.warning("rendezvous: lost %s during the join (%s)" % (peer, exc))
-            rank = None
+        rank = self._admit(channel, peer)
         if rank is None:
             channel.close()
             return

@@ -45,6 +45,7 @@ class Api:
     max_model_len: int
     sources: dict[str, str] = field(default_factory=source_hashes)
     created: int = field(default_factory=lambda: int(time.time()))
+    slots: threading.Semaphore = field(init=False)
 
     def __post_init__(self) -> None:
         self.slots = threading.Semaphore(self.args.max_num_seqs)
@@ -88,6 +89,7 @@ class Api:
 
 class DoubleHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
+    block_on_close = False  # a stop must not wait for streams in flight
     allow_reuse_address = True
 
     def __init__(self, host: str | None, port: int, api: Api) -> None:

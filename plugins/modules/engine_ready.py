@@ -1,0 +1,348 @@
+#!/usr/bin/python3
+"""Probe an OpenAI-compatible engine for real readiness: /health, /v1/models and a one-token completion."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: engine_ready
+short_description: Probe an OpenAI-compatible engine (vLLM) for real readiness, for a bounded time
+version_added: "0.1.0"
+description:
+  - Polls the engine for at most about O(wait_s) seconds and reports how far it got. Each poll asks
+    C(GET /health) (must answer 200), C(GET /v1/models) (must list O(served_name)) and sends a
+    one-token C(POST /v1/completions) (must return one choice).
+  - Does not fail because the engine is not ready yet; it returns RV(ready=false) and the caller loops
+    (C(until), C(retries)). Connection refused counts as "not up yet".
+  - Fails when the engine is known dead. vLLM keeps answering C(/v1/models) with 200 after its engine
+    died (vllm#53157) while C(/health) answers 503, so a live C(/v1/models) proves nothing. The engine
+    counts as dead when C(/health) answers 5xx with a body matching O(dead_if_health_body_matches);
+    when, after C(/health) answered 200 or C(/v1/models) answered 200 at an earlier poll of this call,
+    C(/health) answers 503 while C(/v1/models) still answers 200; or when the completion answers 5xx
+    after C(/health) answered 200.
+  - A request still running at the deadline is given at least one second, so a call can end up to a
+    few seconds after O(wait_s) when the engine answers slowly.
+  - Talks to the engine directly, never through a proxy from the environment.
+  - Changes nothing; runs the same in check mode (a one-token completion counts as read-only).
+options:
+  url:
+    description: Base URL of the engine, without C(/v1), for example C(http://127.0.0.1:8000).
+    type: str
+    required: true
+  served_name:
+    description: The model name the engine serves (C(--served-model-name)); C(/v1/models) must list it.
+    type: str
+    required: true
+  prompt:
+    description: The canary prompt of the one-token completion.
+    type: str
+    default: "2+2="
+  api_key:
+    description: Sent as C(Authorization) C(Bearer KEY) when the engine was started with C(--api-key).
+    type: str
+  wait_s:
+    description: Poll for at most about this many seconds in this call. C(0) probes once.
+    type: float
+    default: 20
+  poll_s:
+    description: Seconds between polls.
+    type: float
+    default: 2
+  request_timeout_s:
+    description: Seconds one HTTP request may take.
+    type: float
+    default: 10
+  dead_if_health_body_matches:
+    description:
+      - A regular expression (Python C(re.search)). A 5xx answer of C(/health) whose body matches it
+        means the engine is dead, and the module fails at once. An empty string turns this check off.
+    type: str
+    default: "dead|EngineDeadError"
+author:
+  - sparkserve
+"""
+
+EXAMPLES = r"""
+- name: Wait until the head answers a real completion
+  sparkserve.deploy.engine_ready:
+    url: "http://127.0.0.1:{{ recipe.api.port }}"
+    served_name: "{{ recipe.served_name }}"
+    prompt: "2+2="
+    wait_s: 20
+  register: __engine
+  until: __engine.ready
+  retries: 90
+  delay: 0
+  check_mode: false
+"""
+
+RETURN = r"""
+ready:
+  description: Whether the last poll passed every stage.
+  returned: always
+  type: bool
+stage:
+  description: The first stage of the last poll that did not pass (C(health), C(models), C(completion)), or C(ready).
+  returned: always
+  type: str
+  sample: models
+detail:
+  description: What the probe that decided RV(stage) got (status code and body, or the error).
+  returned: always
+  type: str
+  sample: "GET /health: 503 Service Unavailable: loading"
+elapsed_s:
+  description: Seconds this call polled.
+  returned: always
+  type: float
+models:
+  description: The model ids C(/v1/models) listed at the last poll it answered in this call.
+  returned: always
+  type: list
+  elements: str
+"""
+
+import http.client
+import json
+import re
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ansible.module_utils.basic import AnsibleModule
+
+MAX_BODY = 64 * 1024
+DETAIL_CHARS = 300
+MIN_REQUEST_S = 1.0
+MIN_POLL_S = 0.1
+# The engine runs on the node probed; never send these requests through an http_proxy of the environment.
+OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+@dataclass
+class Answer:
+    """What one HTTP request got: a status and body, or no answer (status None) and why."""
+
+    status: int | None
+    body: str = ""
+    error: str = ""
+
+    def describe(self, probe: str) -> str:
+        if self.status is None:
+            return f"{probe}: {self.error}"
+        reason = http.client.responses.get(self.status, "")
+        text = f"{probe}: {self.status}" + (f" {reason}" if reason else "")
+        body = short(self.body)
+        return f"{text}: {body}" if body else text
+
+
+@dataclass
+class Poll:
+    """One round of the three probes: the first stage that did not pass, and what each probe got."""
+
+    stage: str
+    detail: str
+    models: list[str] | None
+    health: Answer
+    models_answer: Answer | None = None
+    completion: Answer | None = None
+
+
+class EngineDead(Exception):
+    """The engine is known dead; carries the message and the result of the poll that showed it."""
+
+    def __init__(self, msg: str, result: dict[str, Any]) -> None:
+        super().__init__(msg)
+        self.msg = msg
+        self.result = result
+
+
+def short(text: str) -> str:
+    """One line, at most DETAIL_CHARS characters, of a response body."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= DETAIL_CHARS else flat[: DETAIL_CHARS - 3] + "..."
+
+
+def request(base: str, method: str, path: str, timeout: float,
+            api_key: str | None = None, payload: dict[str, Any] | None = None) -> Answer:
+    """Send one request; an HTTP error status is an answer, a network error is not."""
+    data = None if payload is None else json.dumps(payload).encode("utf-8")
+    headers = {"Accept": "application/json"}
+    if data is not None:
+        headers["Content-Type"] = "application/json"
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    req = urllib.request.Request(base.rstrip("/") + path, data=data, headers=headers, method=method)
+    try:
+        with OPENER.open(req, timeout=timeout) as response:
+            return Answer(response.status, response.read(MAX_BODY).decode("utf-8", "replace"))
+    except urllib.error.HTTPError as err:
+        try:
+            body = err.read(MAX_BODY).decode("utf-8", "replace")
+        except (OSError, http.client.HTTPException):
+            body = ""
+        return Answer(err.code, body)
+    except urllib.error.URLError as err:
+        reason = err.reason
+        if isinstance(reason, ConnectionRefusedError):
+            return Answer(None, error="connection refused (not listening yet)")
+        if isinstance(reason, TimeoutError):
+            return Answer(None, error=f"no answer in {timeout:.1f} s")
+        return Answer(None, error=str(reason))
+    except TimeoutError:
+        return Answer(None, error=f"no answer in {timeout:.1f} s")
+    except ConnectionRefusedError:
+        return Answer(None, error="connection refused (not listening yet)")
+    except (OSError, http.client.HTTPException) as err:
+        return Answer(None, error=f"{type(err).__name__}: {err}".rstrip(": "))
+
+
+def listed_models(answer: Answer | None) -> tuple[list[str] | None, str]:
+    """The ids /v1/models lists (None when it gave no list), and why not when it gave none."""
+    if answer is None:
+        return None, "GET /v1/models: not asked, /health gave no answer"
+    if answer.status != 200:
+        return None, answer.describe("GET /v1/models")
+    try:
+        data = json.loads(answer.body)["data"]
+    except (ValueError, KeyError, TypeError):
+        return None, f"GET /v1/models: 200 but not an OpenAI model list: {short(answer.body)}"
+    if not isinstance(data, list):
+        return None, f"GET /v1/models: 200 but data is not a list: {short(answer.body)}"
+    return [str(item["id"]) for item in data if isinstance(item, dict) and "id" in item], ""
+
+
+def completion_problem(answer: Answer) -> str:
+    """Why the completion does not count (empty when it returned exactly one choice)."""
+    if answer.status != 200:
+        return answer.describe("POST /v1/completions")
+    try:
+        choices = json.loads(answer.body)["choices"]
+    except (ValueError, KeyError, TypeError):
+        return f"POST /v1/completions: 200 but not an OpenAI completion: {short(answer.body)}"
+    if not isinstance(choices, list) or len(choices) != 1:
+        count = len(choices) if isinstance(choices, list) else "no list of"
+        return f"POST /v1/completions: 200 with {count} choices, want 1: {short(answer.body)}"
+    return ""
+
+
+def poll_once(params: dict[str, Any], budget: Callable[[], float]) -> Poll:
+    """Probe /health, /v1/models and a one-token completion; stop at the first stage that fails.
+
+    /v1/models is asked whenever /health answered at all, so a dead engine behind a live
+    /v1/models shows. budget() gives the timeout of the next request.
+    """
+    base, key, name = params["url"], params.get("api_key"), params["served_name"]
+    health = request(base, "GET", "/health", budget(), key)
+    models_answer = request(base, "GET", "/v1/models", budget(), key) if health.status is not None else None
+    ids, models_error = listed_models(models_answer)
+    if health.status != 200:
+        return Poll("health", health.describe("GET /health"), ids, health, models_answer)
+    if ids is None:
+        return Poll("models", models_error, ids, health, models_answer)
+    if name not in ids:
+        return Poll("models", f"GET /v1/models: 200, lists {ids}, not {name!r}", ids, health, models_answer)
+    payload = {"model": name, "prompt": params["prompt"], "max_tokens": 1, "temperature": 0}
+    completion = request(base, "POST", "/v1/completions", budget(), key, payload)
+    problem = completion_problem(completion)
+    if problem:
+        return Poll("completion", problem, ids, health, models_answer, completion)
+    text = json.loads(completion.body)["choices"][0]
+    shown = text.get("text", "") if isinstance(text, dict) else ""
+    return Poll("ready", f"POST /v1/completions: 200, 1 choice {str(shown)[:DETAIL_CHARS]!r}", ids, health,
+                models_answer, completion)
+
+
+def dead_reason(poll: Poll, params: dict[str, Any], pattern: re.Pattern[str] | None,
+                seen_health_ok: bool, seen_models_ok: bool) -> str:
+    """Why this poll shows a dead engine (empty when it does not)."""
+    base = params["url"]
+    health = poll.health
+    models_live = poll.models_answer is not None and poll.models_answer.status == 200
+    fix = "read the ranks' logs for the first error, then tear every rank down and relaunch"
+    health_said = f"GET /health answers {health.status} with body {short(health.body)!r}"
+    behind = " behind a live /v1/models" if models_live else ""
+    still = " while GET /v1/models still answers 200 (vllm#53157: /v1/models alone does not show a dead engine)" \
+        if models_live else ""
+
+    if health.status is not None and health.status >= 500 and pattern is not None and pattern.search(health.body):
+        return f"engine at {base} is dead{behind}: {health_said}{still}; {fix}."
+    if health.status == 503 and models_live and (seen_health_ok or seen_models_ok):
+        earlier = "GET /health answered 200" if seen_health_ok else "GET /v1/models answered 200"
+        return (f"engine at {base} is dead{behind}: {earlier} earlier, now {health_said}{still}; {fix}.")
+    completion = poll.completion
+    if completion is not None and completion.status is not None and completion.status >= 500:
+        again = request(base, "GET", "/health", params["request_timeout_s"], params.get("api_key"))
+        now = again.describe("GET /health now answers")
+        return (f"engine at {base} is dead: GET /health answered 200, then the one-token completion "
+                f"answered {completion.status} with body {short(completion.body)!r}; {now}; {fix}.")
+    return ""
+
+
+def wait_ready(params: dict[str, Any], clock: Callable[[], float] = time.monotonic,
+               sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+    """Poll until the engine is ready or about wait_s seconds passed; raise EngineDead when it is dead."""
+    url = urllib.parse.urlsplit(params["url"])
+    if url.scheme not in ("http", "https") or not url.netloc:
+        raise ValueError(f"url {params['url']!r} is not an http(s) base URL like http://127.0.0.1:8000")
+    regex = params.get("dead_if_health_body_matches")
+    pattern = re.compile(regex) if regex else None
+    timeout_s = max(float(params["request_timeout_s"]), 0.1)
+    poll_s = max(float(params["poll_s"]), MIN_POLL_S)
+    start = clock()
+    deadline = start + max(float(params["wait_s"]), 0.0)
+
+    def budget() -> float:
+        return min(timeout_s, max(deadline - clock(), MIN_REQUEST_S))
+
+    seen_health_ok = seen_models_ok = False
+    models: list[str] = []
+    while True:
+        poll = poll_once(params, budget)
+        if poll.models is not None:
+            models = poll.models
+        result = {"ready": poll.stage == "ready", "stage": poll.stage, "detail": poll.detail,
+                  "elapsed_s": round(clock() - start, 2), "models": models}
+        dead = dead_reason(poll, params, pattern, seen_health_ok, seen_models_ok)
+        if dead:
+            raise EngineDead(dead, result)
+        if poll.stage == "ready":
+            return result
+        seen_health_ok = seen_health_ok or poll.health.status == 200
+        seen_models_ok = seen_models_ok or (poll.models_answer is not None and poll.models_answer.status == 200)
+        remaining = deadline - clock()
+        if remaining <= 0:
+            return result
+        sleep(min(poll_s, remaining))
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "url": {"type": "str", "required": True},
+            "served_name": {"type": "str", "required": True},
+            "prompt": {"type": "str", "default": "2+2="},
+            "api_key": {"type": "str", "no_log": True},
+            "wait_s": {"type": "float", "default": 20},
+            "poll_s": {"type": "float", "default": 2},
+            "request_timeout_s": {"type": "float", "default": 10},
+            "dead_if_health_body_matches": {"type": "str", "default": "dead|EngineDeadError"},
+        },
+        supports_check_mode=True,
+    )
+    try:
+        result = wait_ready(module.params)
+    except EngineDead as dead:
+        module.fail_json(msg=dead.msg, changed=False, **dead.result)
+    except re.error as err:
+        module.fail_json(msg=f"dead_if_health_body_matches is not a valid regular expression: {err}")
+    except ValueError as err:
+        module.fail_json(msg=str(err))
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()

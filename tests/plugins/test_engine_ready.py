@@ -1,0 +1,315 @@
+"""Tests for the engine_ready module against small scripted HTTP engines on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable, Iterator
+
+import pytest
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.sparkserve.deploy.plugins.modules import engine_ready as er
+
+Reply = tuple[int, Any]
+ONE_CHOICE = {"object": "text_completion", "choices": [{"index": 0, "text": " 4", "finish_reason": "length"}]}
+DEAD_BODY = "EngineDeadError: rank 1 died"
+
+
+def model_list(*ids: str) -> dict[str, Any]:
+    return {"object": "list", "data": [{"id": i, "object": "model", "owned_by": "vllm"} for i in ids]}
+
+
+class FakeEngine:
+    """What each endpoint answers now; a test changes it, or lets step() change it per request."""
+
+    def __init__(self) -> None:
+        self.health: Reply = (200, "")
+        self.models: Reply = (200, model_list("tiny"))
+        self.completion: Reply = (200, ONE_CHOICE)
+        self.step: Callable[[FakeEngine, str], None] | None = None
+        self.hang = threading.Event()
+        self.hang_s = 0.0
+        self.seen: list[dict[str, Any]] = []
+        self.count: dict[str, int] = {}
+
+    def answer(self, method: str, path: str, body: Any, auth: str | None) -> Reply:
+        self.seen.append({"method": method, "path": path, "body": body, "auth": auth})
+        self.count[path] = self.count.get(path, 0) + 1
+        if self.step is not None:
+            self.step(self, path)
+        if self.hang_s:
+            self.hang.wait(self.hang_s)
+        return {"/health": self.health, "/v1/models": self.models, "/v1/completions": self.completion}.get(
+            path, (404, {"detail": "Not Found"}))
+
+
+class Handler(BaseHTTPRequestHandler):
+    def _respond(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length)) if length else None
+        status, payload = self.server.engine.answer(  # type: ignore[attr-defined]
+            self.command, self.path, body, self.headers.get("Authorization"))
+        data = (payload if isinstance(payload, str) else json.dumps(payload)).encode()
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "text/plain" if isinstance(payload, str) else "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except OSError:
+            pass  # the client gave up (a request timeout under test)
+
+    do_GET = _respond
+    do_POST = _respond
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class names it so
+        pass
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture()
+def serve() -> Iterator[Callable[..., str]]:
+    """Start a FakeEngine on 127.0.0.1 (on a given port, or a free one); return its base URL."""
+    started: list[tuple[ThreadingHTTPServer, FakeEngine]] = []
+
+    def start(engine: FakeEngine, port: int = 0) -> str:
+        server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        server.daemon_threads = True
+        server.engine = engine  # type: ignore[attr-defined]
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        started.append((server, engine))
+        return f"http://127.0.0.1:{server.server_port}"
+
+    yield start
+    for server, engine in started:
+        engine.hang.set()
+        server.shutdown()
+        server.server_close()
+
+
+def params(url: str, **changes: Any) -> dict[str, Any]:
+    args: dict[str, Any] = {"url": url, "served_name": "tiny", "prompt": "2+2=", "api_key": None,
+                            "wait_s": 5.0, "poll_s": 0.1, "request_timeout_s": 2.0,
+                            "dead_if_health_body_matches": "dead|EngineDeadError"}
+    args.update(changes)
+    return args
+
+
+def run_main(args: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    with patch_module_args(args), pytest.raises(SystemExit):
+        er.main()
+    return json.loads(capsys.readouterr().out)
+
+
+def after(n: int, path: str, change: Callable[[FakeEngine], None]) -> Callable[[FakeEngine, str], None]:
+    """A step that applies change once path has been asked n times."""
+    def step(engine: FakeEngine, asked: str) -> None:
+        if asked == path and engine.count[path] > n:
+            change(engine)
+    return step
+
+
+def test_a_ready_engine_is_ready_at_once(serve: Callable[..., str]) -> None:
+    engine = FakeEngine()
+    url = serve(engine)
+    started = time.monotonic()
+    result = er.wait_ready(params(url, api_key="s3cret"))
+    assert time.monotonic() - started < 1
+    assert result["ready"] is True and result["stage"] == "ready"
+    assert result["models"] == ["tiny"]
+    assert result["detail"] == "POST /v1/completions: 200, 1 choice ' 4'"
+    assert [(r["method"], r["path"]) for r in engine.seen] == [
+        ("GET", "/health"), ("GET", "/v1/models"), ("POST", "/v1/completions")]
+    assert engine.seen[2]["body"] == {"model": "tiny", "prompt": "2+2=", "max_tokens": 1, "temperature": 0}
+    assert {r["auth"] for r in engine.seen} == {"Bearer s3cret"}
+
+
+def test_connection_refused_is_not_up_yet(serve: Callable[..., str]) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    result = er.wait_ready(params(url, wait_s=0.3))
+    assert result["ready"] is False and result["stage"] == "health"
+    assert result["detail"] == "GET /health: connection refused (not listening yet)"
+    assert result["models"] == []
+
+
+def test_an_engine_that_starts_listening_later_becomes_ready(serve: Callable[..., str]) -> None:
+    port = free_port()
+    timer = threading.Timer(0.5, serve, args=(FakeEngine(), port))
+    timer.start()
+    try:
+        result = er.wait_ready(params(f"http://127.0.0.1:{port}", wait_s=5))
+    finally:
+        timer.join()
+    assert result["ready"] is True and 0.4 < result["elapsed_s"] < 2
+
+
+def test_503_while_loading_then_200(serve: Callable[..., str]) -> None:
+    engine = FakeEngine()
+    engine.health = (503, "loading")
+    engine.models = (503, "loading")
+
+    def loaded(e: FakeEngine) -> None:
+        e.health, e.models = (200, ""), (200, model_list("tiny"))
+
+    engine.step = after(3, "/health", loaded)
+    url = serve(engine)
+    first = er.poll_once(params(url), lambda: 2.0)
+    assert first.stage == "health" and first.detail == "GET /health: 503 Service Unavailable: loading"
+    result = er.wait_ready(params(url))
+    assert result["ready"] is True
+    assert engine.count["/health"] == 4
+
+
+def test_models_without_the_name_then_with_it(serve: Callable[..., str]) -> None:
+    engine = FakeEngine()
+    engine.models = (200, model_list("other"))
+    url = serve(engine)
+    result = er.wait_ready(params(url, wait_s=0.25))
+    assert result["ready"] is False and result["stage"] == "models"
+    assert result["models"] == ["other"]
+    assert result["detail"] == "GET /v1/models: 200, lists ['other'], not 'tiny'"
+    assert "/v1/completions" not in engine.count
+
+    def served(e: FakeEngine) -> None:
+        e.models = (200, model_list("other", "tiny"))
+
+    engine.count.clear()
+    engine.step = after(2, "/v1/models", served)
+    result = er.wait_ready(params(url))
+    assert result["ready"] is True and result["models"] == ["other", "tiny"]
+
+
+def test_a_models_answer_that_is_not_a_list(serve: Callable[..., str]) -> None:
+    engine = FakeEngine()
+    engine.models = (200, "<html>proxy</html>")
+    result = er.wait_ready(params(serve(engine), wait_s=0))
+    assert result["stage"] == "models" and "not an OpenAI model list: <html>proxy</html>" in result["detail"]
+
+
+def test_a_refused_completion_is_not_ready(serve: Callable[..., str]) -> None:
+    engine = FakeEngine()
+    engine.completion = (400, {"object": "error", "message": "prompt is too long"})
+    url = serve(engine)
+    result = er.wait_ready(params(url, wait_s=0.25))
+    assert result["ready"] is False and result["stage"] == "completion"
+    assert result["detail"].startswith("POST /v1/completions: 400 Bad Request:")
+    assert "prompt is too long" in result["detail"]
+
+    engine.completion = (200, {"choices": []})
+    result = er.wait_ready(params(url, wait_s=0))
+    assert result["stage"] == "completion"
+    assert result["detail"].startswith("POST /v1/completions: 200 with 0 choices, want 1")
+
+
+def test_a_completion_5xx_after_health_200_is_a_dead_engine(serve: Callable[..., str]) -> None:
+    engine = FakeEngine()
+    engine.completion = (500, {"object": "error", "message": "EngineCore encountered an issue"})
+
+    def dies(e: FakeEngine) -> None:
+        e.health = (503, "")
+
+    engine.step = after(1, "/health", dies)
+    with pytest.raises(er.EngineDead) as dead:
+        er.wait_ready(params(serve(engine)))
+    assert "then the one-token completion answered 500" in dead.value.msg
+    assert "EngineCore encountered an issue" in dead.value.msg
+    assert "GET /health now answers: 503 Service Unavailable" in dead.value.msg
+    assert dead.value.result["stage"] == "completion"
+
+
+def test_a_dead_engine_behind_a_live_models_fails_fast(serve: Callable[..., str]) -> None:
+    engine = FakeEngine()
+    engine.health = (503, DEAD_BODY)
+    url = serve(engine)
+    started = time.monotonic()
+    with pytest.raises(er.EngineDead) as dead:
+        er.wait_ready(params(url, wait_s=20))
+    assert time.monotonic() - started < 1
+    msg = dead.value.msg
+    assert msg.startswith(f"engine at {url} is dead behind a live /v1/models: ")
+    assert f"GET /health answers 503 with body '{DEAD_BODY}'" in msg
+    assert "while GET /v1/models still answers 200 (vllm#53157" in msg
+    assert "tear every rank down and relaunch" in msg
+    assert dead.value.result["stage"] == "health" and dead.value.result["models"] == ["tiny"]
+
+
+def test_health_turning_503_after_200_with_models_live_is_dead(serve: Callable[..., str]) -> None:
+    engine = FakeEngine()
+    engine.models = (200, model_list("other"))  # not ready yet: the name is missing
+
+    def dies(e: FakeEngine) -> None:
+        e.health = (503, "Service Unavailable")
+
+    engine.step = after(2, "/health", dies)
+    with pytest.raises(er.EngineDead) as dead:
+        er.wait_ready(params(serve(engine), dead_if_health_body_matches=""))
+    assert "GET /health answered 200 earlier, now GET /health answers 503 with body 'Service Unavailable'" in dead.value.msg
+    assert "vllm#53157" in dead.value.msg
+
+
+def test_one_503_with_models_live_and_nothing_before_is_not_yet_dead(serve: Callable[..., str]) -> None:
+    engine = FakeEngine()
+    engine.health = (503, "warming up")
+    result = er.wait_ready(params(serve(engine), wait_s=0))
+    assert result["ready"] is False and result["stage"] == "health" and result["models"] == ["tiny"]
+
+
+def test_wait_is_bounded_when_the_engine_never_gets_ready(serve: Callable[..., str]) -> None:
+    engine = FakeEngine()
+    engine.health = (503, "loading")
+    engine.models = (503, "loading")
+    started = time.monotonic()
+    result = er.wait_ready(params(serve(engine), wait_s=1.5, poll_s=0.4))
+    took = time.monotonic() - started
+    assert 1.5 <= took < 2.5
+    assert result["ready"] is False and result["stage"] == "health"
+    assert 1.5 <= result["elapsed_s"] < 2.5
+    assert engine.count["/health"] >= 4
+
+
+def test_a_hanging_engine_is_cut_at_the_deadline(serve: Callable[..., str]) -> None:
+    engine = FakeEngine()
+    engine.hang_s = 10
+    started = time.monotonic()
+    result = er.wait_ready(params(serve(engine), wait_s=1.2, request_timeout_s=10))
+    assert time.monotonic() - started < 2.2
+    assert result["stage"] == "health" and result["detail"].startswith("GET /health: no answer in 1.2 s")
+
+
+def test_main_reports_ready_in_check_mode(serve: Callable[..., str], capsys: pytest.CaptureFixture[str]) -> None:
+    args = params(serve(FakeEngine()), api_key="s3cret", _ansible_check_mode=True)
+    result = run_main(args, capsys)
+    assert not result.get("failed") and result["changed"] is False
+    assert result["ready"] is True and result["stage"] == "ready" and result["models"] == ["tiny"]
+    assert "s3cret" not in json.dumps(result)
+
+
+def test_main_reports_not_ready_without_failing(capsys: pytest.CaptureFixture[str]) -> None:
+    result = run_main(params(f"http://127.0.0.1:{free_port()}", wait_s=0), capsys)
+    assert not result.get("failed") and result["changed"] is False
+    assert result["ready"] is False and result["stage"] == "health"
+
+
+def test_main_fails_on_a_dead_engine(serve: Callable[..., str], capsys: pytest.CaptureFixture[str]) -> None:
+    engine = FakeEngine()
+    engine.health = (503, DEAD_BODY)
+    result = run_main(params(serve(engine)), capsys)
+    assert result["failed"] is True and result["changed"] is False
+    assert "dead behind a live /v1/models" in result["msg"] and DEAD_BODY in result["msg"]
+    assert result["ready"] is False and result["stage"] == "health"
+
+
+def test_main_refuses_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    result = run_main(params("127.0.0.1:8000"), capsys)
+    assert result["failed"] is True and "is not an http(s) base URL" in result["msg"]
+    result = run_main(params("http://127.0.0.1:8000", dead_if_health_body_matches="("), capsys)
+    assert result["failed"] is True and "not a valid regular expression" in result["msg"]
