@@ -1,0 +1,365 @@
+#!/usr/bin/python3
+"""Read a Spark's RoCE devices from sysfs: port state, GID table, and the RoCE v2 GID index of each fabric address."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: roce_facts
+short_description: Read the RoCE devices of a node and the RoCE v2 GID index of its fabric addresses
+version_added: "0.1.0"
+description:
+  - Reads the RDMA sysfs tree (C(<sysfs_root>/<dev>/ports/1/state), C(phys_state), C(rate), C(link_layer),
+    C(gids/N), C(gid_attrs/types/N), C(gid_attrs/ndevs/N), C(device/net/*)) and, for each network interface
+    behind a device, C(<net_root>/<ifname>/mtu) and C(operstate).
+  - Maps each fabric address to the index of the RoCE v2 GID that carries it, by decoding the IPv4-mapped
+    GIDs (C(0000:0000:0000:0000:0000:ffff:XXXX:XXXX)). That index moves between nodes and across reboots,
+    so read it at each launch and give it to C(NCCL_IB_GID_INDEX).
+  - GID slots whose type cannot be read are skipped; the kernel fails that read with EINVAL for an empty slot.
+  - An interface's IPv4 addresses are read from the GID table (the kernel adds a GID pair for each address
+    of the interface), so an interface without an RDMA device behind it lists none.
+  - Changes nothing; runs the same in check mode.
+options:
+  sysfs_root:
+    description:
+      - The RDMA sysfs tree. The lab nodes write theirs to C(/run/sparkserve-lab/sys/class/infiniband).
+    type: path
+    default: /sys/class/infiniband
+  net_root:
+    description: The network sysfs tree, read for each interface's MTU and operstate.
+    type: path
+    default: /sys/class/net
+  devices:
+    description:
+      - RDMA devices this node must have, in order, for example C([rocep1s0f1, roceP2p1s0f1]).
+      - Empty reports every device found, in name order, and makes finding none a problem.
+    type: list
+    elements: str
+    default: []
+  addresses:
+    description:
+      - This node's fabric IPv4 addresses, one per entry of O(devices), in the same order.
+      - Empty lets each device report the one IPv4 address of its RoCE v2 GIDs, when it has exactly one.
+    type: list
+    elements: str
+    default: []
+  fail_on_problems:
+    description: Fail with every problem joined into the message; V(false) returns them in RV(roce.problems).
+    type: bool
+    default: true
+author:
+  - sparkserve
+"""
+
+EXAMPLES = r"""
+- name: Read the RoCE v2 GID index of the fabric addresses
+  sparkserve.deploy.roce_facts:
+    devices: [rocep1s0f1, roceP2p1s0f1]
+    addresses: ["10.77.1.11", "10.77.2.11"]
+  register: __fabric_roce
+  check_mode: false
+  changed_when: false
+
+- name: Only report, in the lab's tree
+  sparkserve.deploy.roce_facts:
+    sysfs_root: /run/sparkserve-lab/sys/class/infiniband
+    devices: [rocep1s0f1]
+    addresses: ["{{ sparkserve_fabric_ip }}"]
+    fail_on_problems: false
+"""
+
+RETURN = r"""
+roce:
+  description: What was read; the same value is set as the fact C(sparkserve_roce).
+  returned: always
+  type: dict
+  contains:
+    devices:
+      description:
+        - One entry per device of O(devices) in that order (missing ones with C(present=false)), or every
+          device found when O(devices) is empty.
+        - Each has C(name), C(present), C(netdevs) (interface names, from C(device/net) and the GID table),
+          C(address) (the fabric address looked for, or the one found), C(state) and C(phys_state)
+          (C(ACTIVE), C(LinkUp); V(null) where unreadable), C(rate), C(link_layer), C(gids) (the GID entries
+          that exist, each C(index), C(gid), C(type), C(ndev)) and C(gid_index) (the RoCE v2 GID carrying
+          the address, or V(null)).
+      type: list
+      elements: dict
+    netdevs:
+      description: For each interface behind a device, C(mtu) and C(operstate) (V(null) where unreadable) and C(ipv4).
+      type: dict
+    gid_index:
+      description: The GID index of the first device, the value for C(NCCL_IB_GID_INDEX); V(null) when unknown.
+      type: int
+    problems:
+      description: Each problem found, naming the device, what is wrong and the fix.
+      type: list
+      elements: str
+  sample:
+    devices:
+      - name: rocep1s0f1
+        present: true
+        netdevs: [enp1s0f1np1]
+        address: 10.77.1.11
+        state: ACTIVE
+        phys_state: LinkUp
+        rate: 200 Gb/sec (4X HDR)
+        link_layer: Ethernet
+        gids:
+          - {index: 3, gid: "0000:0000:0000:0000:0000:ffff:0a4d:010b", type: RoCE v2, ndev: enp1s0f1np1}
+        gid_index: 3
+    netdevs:
+      enp1s0f1np1: {mtu: 9000, operstate: up, ipv4: [10.77.1.11]}
+    gid_index: 3
+    problems: []
+ansible_facts:
+  description: The fact C(sparkserve_roce), the same value as RV(roce).
+  returned: always
+  type: dict
+"""
+
+import ipaddress
+import os
+from typing import Any, Sequence
+
+from ansible.module_utils.basic import AnsibleModule
+
+ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
+    "sysfs_root": {"type": "path", "default": "/sys/class/infiniband"},
+    "net_root": {"type": "path", "default": "/sys/class/net"},
+    "devices": {"type": "list", "elements": "str", "default": []},
+    "addresses": {"type": "list", "elements": "str", "default": []},
+    "fail_on_problems": {"type": "bool", "default": True},
+}
+ROCE_V2 = "roce v2"
+
+
+def read_text(path: str) -> str | None:
+    """The stripped content of a sysfs file, or None where it cannot be read."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read().strip()
+    except OSError:
+        return None
+
+
+def state_name(text: str | None) -> str | None:
+    """``4: ACTIVE`` -> ``ACTIVE``; ``5: LinkUp`` -> ``LinkUp``."""
+    if text is None:
+        return None
+    return text.split(":", 1)[-1].strip() or None
+
+
+def mapped_ipv4(gid: str) -> str | None:
+    """The IPv4 address of an IPv4-mapped GID, else None."""
+    try:
+        mapped = ipaddress.IPv6Address(gid).ipv4_mapped
+    except ValueError:
+        return None
+    return str(mapped) if mapped is not None else None
+
+
+def is_v2(entry: dict[str, Any]) -> bool:
+    return str(entry["type"]).strip().lower() == ROCE_V2
+
+
+def numbered(directory: str) -> list[int]:
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    return sorted(int(name) for name in names if name.isdigit())
+
+
+def read_gids(port: str) -> list[dict[str, Any]]:
+    """The GID entries that exist: a non-zero GID whose type can be read."""
+    entries = []
+    for index in numbered(os.path.join(port, "gids")):
+        gid = read_text(os.path.join(port, "gids", str(index)))
+        gid_type = read_text(os.path.join(port, "gid_attrs", "types", str(index)))
+        if not gid or gid_type is None:
+            continue
+        try:
+            if ipaddress.IPv6Address(gid) == ipaddress.IPv6Address(0):
+                continue
+        except ValueError:
+            pass
+        ndev = read_text(os.path.join(port, "gid_attrs", "ndevs", str(index)))
+        entries.append({"index": index, "gid": gid, "type": gid_type, "ndev": ndev or None})
+    return entries
+
+
+def read_device(root: str, name: str) -> dict[str, Any]:
+    """One RDMA device as the facts report it (port 1 only; address and gid_index set later)."""
+    path = os.path.join(root, name)
+    port = os.path.join(path, "ports", "1")
+    gids = read_gids(port)
+    try:
+        netdevs = sorted(os.listdir(os.path.join(path, "device", "net")))
+    except OSError:
+        netdevs = []
+    for entry in gids:
+        if entry["ndev"] and entry["ndev"] not in netdevs:
+            netdevs.append(entry["ndev"])
+    return {
+        "name": name,
+        "present": True,
+        "netdevs": netdevs,
+        "address": None,
+        "state": state_name(read_text(os.path.join(port, "state"))),
+        "phys_state": state_name(read_text(os.path.join(port, "phys_state"))),
+        "rate": read_text(os.path.join(port, "rate")),
+        "link_layer": read_text(os.path.join(port, "link_layer")),
+        "gids": gids,
+        "gid_index": None,
+    }
+
+
+def absent_device(name: str, address: str | None) -> dict[str, Any]:
+    return {"name": name, "present": False, "netdevs": [], "address": address, "state": None,
+            "phys_state": None, "rate": None, "link_layer": None, "gids": [], "gid_index": None}
+
+
+def read_netdev(net_root: str, name: str, gids: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    mtu_text = read_text(os.path.join(net_root, name, "mtu"))
+    ipv4: list[str] = []
+    for entry in gids:
+        address = mapped_ipv4(entry["gid"]) if entry["ndev"] == name else None
+        if address and address not in ipv4:
+            ipv4.append(address)
+    return {
+        "mtu": int(mtu_text) if mtu_text and mtu_text.isdigit() else None,
+        "operstate": read_text(os.path.join(net_root, name, "operstate")),
+        "ipv4": ipv4,
+    }
+
+
+def v2_index(device: dict[str, Any], address: str) -> int | None:
+    """The lowest index of a RoCE v2 GID carrying ``address`` on the device."""
+    for entry in device["gids"]:
+        if is_v2(entry) and mapped_ipv4(entry["gid"]) == address:
+            return int(entry["index"])
+    return None
+
+
+def pick_address(device: dict[str, Any], addresses: Sequence[str]) -> tuple[str | None, str | None]:
+    """The address of a device not paired with one: the first of ``addresses`` it carries as RoCE v2,
+    or, with no addresses given, the one IPv4 address of its RoCE v2 GIDs (a problem when it has several)."""
+    if addresses:
+        return next((a for a in addresses if v2_index(device, a) is not None), None), None
+    carried = sorted({a for a in (mapped_ipv4(e["gid"]) for e in device["gids"] if is_v2(e)) if a},
+                     key=ipaddress.IPv4Address)
+    if len(carried) > 1:
+        return None, (
+            f"{device['name']} has RoCE v2 GIDs for several addresses ({', '.join(carried)}); "
+            "give this node's fabric address in addresses to choose one"
+        )
+    return (carried[0] if carried else None), None
+
+
+def parse_addresses(values: Sequence[str]) -> list[str]:
+    addresses = []
+    for value in values:
+        try:
+            addresses.append(str(ipaddress.IPv4Address(str(value).strip())))
+        except ValueError as err:
+            raise ValueError(f"addresses: {value!r} is not an IPv4 address ({err}); give the fabric address, "
+                             "without a prefix length") from err
+    return addresses
+
+
+def interface_of(device: dict[str, Any]) -> str:
+    return device["netdevs"][0] if device["netdevs"] else "its interface"
+
+
+def gather(params: dict[str, Any]) -> dict[str, Any]:
+    """Read the trees; return the ``roce`` facts with their problems."""
+    root, net_root = params["sysfs_root"], params["net_root"]
+    expected: list[str] = list(params["devices"] or [])
+    addresses = parse_addresses(params["addresses"] or [])
+    if expected and addresses and len(addresses) != len(expected):
+        raise ValueError(
+            f"devices has {len(expected)} entries and addresses {len(addresses)}; give one address per device, "
+            "in the same order"
+        )
+    try:
+        found = sorted(n for n in os.listdir(root) if not n.startswith("."))
+    except OSError:
+        found = []
+    problems: list[str] = []
+    devices: list[dict[str, Any]] = []
+
+    if not expected and not found:
+        problems.append(
+            f"no RDMA devices under {root}; load the NIC's RDMA driver (mlx5_ib) or point sysfs_root at the right tree"
+        )
+    for position, name in enumerate(expected or found):
+        wanted = addresses[position] if expected and addresses else None
+        if name not in found:
+            problems.append(
+                f"{name} is missing: no such RDMA device under {root} (found: {', '.join(found) or 'none'}); "
+                "fix the device name in the inventory or load the RDMA driver (mlx5_ib)"
+            )
+            devices.append(absent_device(name, wanted))
+            continue
+        device = read_device(root, name)
+        devices.append(device)
+        if device["state"] != "ACTIVE":
+            problems.append(
+                f"{name} port 1 is {device['state'] or 'unreadable'}; "
+                "bring the link up (cable, switch port) before launching"
+            )
+        if wanted is None:
+            wanted, problem = pick_address(device, addresses)
+            if problem:
+                problems.append(problem)
+            if wanted is None:
+                continue
+        device["address"] = wanted
+        device["gid_index"] = v2_index(device, wanted)
+
+    for device in devices:
+        address = device["address"]
+        if not device["present"] or address is None or device["gid_index"] is not None:
+            continue
+        message = (
+            f"{device['name']} has no RoCE v2 GID for {address}; "
+            f"check the address is on {interface_of(device)} (ip addr)"
+        )
+        elsewhere = [d["name"] for d in devices if d is not device and d["present"] and v2_index(d, address) is not None]
+        if elsewhere:
+            message += f"; it is on {', '.join(elsewhere)}, so devices and addresses may be in different orders"
+        problems.append(message)
+    if not expected and addresses:
+        for address in addresses:
+            if not any(d["address"] == address for d in devices):
+                problems.append(
+                    f"no RDMA device has a RoCE v2 GID for {address}; check the address is on a fabric interface (ip addr)"
+                )
+
+    netdevs: dict[str, dict[str, Any]] = {}
+    for device in devices:
+        for name in device["netdevs"]:
+            netdevs.setdefault(name, read_netdev(net_root, name, device["gids"]))
+    return {
+        "devices": devices,
+        "netdevs": netdevs,
+        "gid_index": devices[0]["gid_index"] if devices else None,
+        "problems": problems,
+    }
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    try:
+        roce = gather(module.params)
+    except ValueError as err:
+        module.fail_json(msg=f"roce_facts: {err}")
+    facts = {"sparkserve_roce": roce}
+    if roce["problems"] and module.params["fail_on_problems"]:
+        module.fail_json(msg="; ".join(roce["problems"]), changed=False, roce=roce)
+    module.exit_json(changed=False, roce=roce, ansible_facts=facts)
+
+
+if __name__ == "__main__":
+    main()

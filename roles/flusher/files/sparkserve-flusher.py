@@ -1,0 +1,267 @@
+#!/usr/bin/python3
+"""Page-cache flusher of a sparkserve node while the ranks load their weights.
+
+On a DGX Spark the page cache of the weights being read competes with the GPU
+for the same unified memory, and loads run out of memory without a flusher.
+Each pass syncs, then writes ``3`` to /proc/sys/vm/drop_caches, and logs how
+much page cache it freed and how much memory is available afterwards.
+
+Modes:
+
+* ``unconditional`` (default): flush at every pass.  A flusher that waited for
+  a threshold still let loads run out of memory.
+* ``threshold``: flush only when Cached exceeds ``--threshold-bytes``; a pass
+  below it does nothing and logs nothing.
+
+The flusher stops by itself, with status 0, when the ``--until-file`` exists
+(checked before every pass, the first one included), when ``--timeout-s``
+seconds have passed, after ``--passes`` passes (skipped ones count), or on
+SIGTERM; it logs why.  It exits 1 when it cannot write the drop-caches file
+(it must run as root) or cannot read Cached and MemAvailable, and 2 for bad
+arguments.  Log lines go to stdout, one per event.
+
+Usage::
+
+    sparkserve-flusher.py --until-file /run/sparkserve/NAME.loaded
+    sparkserve-flusher.py --mode threshold --threshold-bytes 17179869184
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Callable, Mapping, Sequence
+
+MODES = ("unconditional", "threshold")
+DEFAULT_INTERVAL_S = 2.0
+DEFAULT_TIMEOUT_S = 3600.0
+DEFAULT_DROP_CACHES_PATH = "/proc/sys/vm/drop_caches"
+DEFAULT_MEMINFO_PATH = "/proc/meminfo"
+GIB = 1024**3
+
+Reader = Callable[[str], Mapping[str, int]]
+
+
+class FlushError(Exception):
+    """The drop-caches file cannot be written."""
+
+
+class MeminfoError(Exception):
+    """/proc/meminfo cannot be read or lacks Cached or MemAvailable."""
+
+
+class Terminated(Exception):
+    """SIGTERM or SIGINT arrived."""
+
+
+@dataclass(frozen=True)
+class Options:
+    mode: str
+    interval_s: float
+    threshold_bytes: int | None
+    drop_caches_path: str
+    meminfo_path: str
+    until_file: str | None
+    timeout_s: float
+    passes: int | None
+
+
+@dataclass(frozen=True)
+class Sample:
+    cached: int
+    available: int
+
+
+# --- meminfo ----------------------------------------------------------------
+
+
+def parse_meminfo(text: str) -> dict[str, int]:
+    """Parse /proc/meminfo; values with a ``kB`` unit become bytes."""
+    values: dict[str, int] = {}
+    for line in text.splitlines():
+        name, sep, rest = line.partition(":")
+        fields = rest.split()
+        if not sep or not fields or not fields[0].isdigit():
+            continue
+        unit = fields[1] if len(fields) > 1 else ""
+        values[name.strip()] = int(fields[0]) * (1024 if unit == "kB" else 1)
+    return values
+
+
+def read_meminfo(path: str) -> dict[str, int]:
+    try:
+        return parse_meminfo(Path(path).read_text(encoding="ascii", errors="replace"))
+    except OSError as err:
+        raise MeminfoError(f"cannot read {path}: {err.strerror}") from err
+
+
+def take_sample(read: Reader, path: str) -> Sample:
+    values = read(path)
+    for key in ("Cached", "MemAvailable"):
+        if key not in values:
+            raise MeminfoError(f"{path} has no {key} value")
+    return Sample(cached=values["Cached"], available=values["MemAvailable"])
+
+
+def gib(value: int) -> str:
+    return f"{value / GIB:.2f} GiB"
+
+
+# --- one pass ---------------------------------------------------------------
+
+
+def drop_caches(path: str) -> None:
+    try:
+        with open(path, "w", encoding="ascii") as drop:
+            drop.write("3")
+    except PermissionError as err:
+        raise FlushError(f"cannot write 3 to {path}: {err.strerror}; run the flusher as root") from err
+    except OSError as err:
+        raise FlushError(f"cannot write 3 to {path}: {err.strerror}; check --drop-caches-path") from err
+
+
+def should_flush(options: Options, before: Sample) -> bool:
+    if options.mode == "unconditional" or options.threshold_bytes is None:
+        return True
+    return before.cached > options.threshold_bytes
+
+
+def flush_pass(options: Options, number: int, read: Reader, sync: Callable[[], None]) -> bool:
+    """One pass; True when it flushed, False when the threshold skipped it."""
+    before = take_sample(read, options.meminfo_path)
+    if not should_flush(options, before):
+        return False
+    sync()
+    drop_caches(options.drop_caches_path)
+    after = take_sample(read, options.meminfo_path)
+    freed = max(0, before.cached - after.cached)
+    log(f"flusher: pass {number} freed {gib(freed)} of page cache "
+        f"(Cached {gib(before.cached)} -> {gib(after.cached)}); MemAvailable {gib(after.available)}")
+    return True
+
+
+# --- the loop ---------------------------------------------------------------
+
+
+def log(message: str) -> None:
+    print(message, flush=True)
+
+
+def stop_reason(options: Options, passes_done: int, elapsed_s: float) -> str | None:
+    if options.until_file is not None and os.path.exists(options.until_file):
+        return f"{options.until_file} exists"
+    if elapsed_s >= options.timeout_s:
+        return f"the timeout of {options.timeout_s:g} s is reached"
+    if options.passes is not None and passes_done >= options.passes:
+        return f"{options.passes} passes are done"
+    return None
+
+
+def describe(options: Options) -> str:
+    when = ("at every pass" if options.mode == "unconditional"
+            else f"when Cached exceeds {gib(options.threshold_bytes or 0)}")
+    until = f"until {options.until_file} exists or " if options.until_file else "for "
+    return (f"flusher: flushing {when}, every {options.interval_s:g} s, "
+            f"{until}{options.timeout_s:g} s at most")
+
+
+def on_signal(signum: int, frame: FrameType | None) -> None:
+    raise Terminated()
+
+
+def run(options: Options, read: Reader = read_meminfo, sync: Callable[[], None] = os.sync,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic) -> int:
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    start = clock()
+    passes_done = 0
+    log(describe(options))
+    try:
+        while True:
+            reason = stop_reason(options, passes_done, clock() - start)
+            if reason is not None:
+                log(f"flusher: stopping after {passes_done} passes: {reason}")
+                return 0
+            flush_pass(options, passes_done + 1, read, sync)
+            passes_done += 1
+            if options.passes is None or passes_done < options.passes:
+                remaining = options.timeout_s - (clock() - start)
+                sleep(max(0.0, min(options.interval_s, remaining)))
+    except Terminated:
+        log(f"flusher: terminated after {passes_done} passes; exiting")
+        return 0
+    except (FlushError, MeminfoError) as err:
+        log(f"flusher: {err}")
+        return 1
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+# --- arguments --------------------------------------------------------------
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not above 0")
+    return value
+
+
+def whole_number(text: str, minimum: int = 0) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"{text!r} is below {minimum}")
+    return value
+
+
+def pass_count(text: str) -> int:
+    return whole_number(text, minimum=1)
+
+
+def parse_args(argv: Sequence[str]) -> Options:
+    parser = argparse.ArgumentParser(
+        description="Sync and drop the page cache while the ranks load their weights.")
+    parser.add_argument("--mode", choices=MODES, default="unconditional",
+                        help="flush at every pass (default), or only above --threshold-bytes")
+    parser.add_argument("--interval-s", type=positive_float, default=DEFAULT_INTERVAL_S,
+                        help="seconds between two passes (default 2)")
+    parser.add_argument("--threshold-bytes", type=whole_number,
+                        help="threshold mode: flush only when Cached exceeds this many bytes")
+    parser.add_argument("--drop-caches-path", default=DEFAULT_DROP_CACHES_PATH)
+    parser.add_argument("--meminfo-path", default=DEFAULT_MEMINFO_PATH)
+    parser.add_argument("--until-file", help="stop when this file exists")
+    parser.add_argument("--timeout-s", type=positive_float, default=DEFAULT_TIMEOUT_S,
+                        help="stop after this many seconds (default 3600)")
+    parser.add_argument("--passes", type=pass_count,
+                        help="stop after this many passes")
+    args = parser.parse_args(argv)
+    if args.mode == "threshold" and args.threshold_bytes is None:
+        parser.error("--mode threshold needs --threshold-bytes")
+    if args.mode == "unconditional" and args.threshold_bytes is not None:
+        parser.error("--threshold-bytes applies only to --mode threshold")
+    return Options(
+        mode=args.mode, interval_s=args.interval_s, threshold_bytes=args.threshold_bytes,
+        drop_caches_path=args.drop_caches_path, meminfo_path=args.meminfo_path,
+        until_file=args.until_file, timeout_s=args.timeout_s, passes=args.passes,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run(parse_args(sys.argv[1:] if argv is None else argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
