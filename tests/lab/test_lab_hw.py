@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import configparser
-import importlib.machinery
-import importlib.util
 import ipaddress
 import json
 import os
@@ -18,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from tests.scripts import load_script
+
 ROOTFS = Path(__file__).resolve().parents[2] / "lab/node/rootfs"
 SCRIPT = ROOTFS / "usr/local/sbin/sparkserve-lab-hw"
 UNIT = ROOTFS / "etc/systemd/system/sparkserve-lab-hw.service"
@@ -29,13 +29,7 @@ MAC = bytes.fromhex("4cbb471a2b3c")
 
 
 def load_module() -> ModuleType:
-    loader = importlib.machinery.SourceFileLoader("lab_hw", str(SCRIPT))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[loader.name] = module  # dataclasses look the module up
-    loader.exec_module(module)
-    return module
+    return load_script("lab/node/rootfs/usr/local/sbin/sparkserve-lab-hw", "lab_hw")
 
 
 hw = load_module()

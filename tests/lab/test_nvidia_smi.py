@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import json
 import os
 import re
@@ -14,6 +12,8 @@ from types import ModuleType
 
 import pytest
 
+from tests.scripts import load_script
+
 SCRIPT = Path(__file__).resolve().parents[2] / "lab/node/rootfs/usr/local/bin/nvidia-smi"
 FAIL_MESSAGE = (
     "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
@@ -22,13 +22,7 @@ FAIL_MESSAGE = (
 
 
 def load_module() -> ModuleType:
-    loader = importlib.machinery.SourceFileLoader("lab_nvidia_smi", str(SCRIPT))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[loader.name] = module  # dataclasses look the module up
-    loader.exec_module(module)
-    return module
+    return load_script("lab/node/rootfs/usr/local/bin/nvidia-smi", "lab_nvidia_smi")
 
 
 smi = load_module()

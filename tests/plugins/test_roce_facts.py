@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import ipaddress
 import json
 import sys
@@ -12,6 +10,8 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+
+from tests.scripts import load_script
 import yaml
 from ansible.module_utils.testing import patch_module_args
 
@@ -105,13 +105,7 @@ def run_main(args: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> dict[s
 
 
 def load_lab_hw() -> ModuleType:
-    loader = importlib.machinery.SourceFileLoader("lab_hw_for_roce_facts", str(LAB_HW))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[loader.name] = module  # dataclasses look the module up
-    loader.exec_module(module)
-    return module
+    return load_script("lab/node/rootfs/usr/local/sbin/sparkserve-lab-hw", "lab_hw_for_roce_facts")
 
 
 # ---------------------------------------------------------------- reading

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import signal
 import subprocess
 import sys
@@ -14,18 +12,14 @@ from typing import Any, Callable, Iterator, Mapping
 
 import pytest
 
+from tests.scripts import load_script
+
 SCRIPT = Path(__file__).resolve().parents[2] / "roles/flusher/files/sparkserve-flusher.py"
 GIB = 1024**3
 
 
 def load_module() -> ModuleType:
-    loader = importlib.machinery.SourceFileLoader("sparkserve_flusher", str(SCRIPT))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[loader.name] = module  # dataclasses look the module up
-    loader.exec_module(module)
-    return module
+    return load_script("roles/flusher/files/sparkserve-flusher.py", "sparkserve_flusher")
 
 
 flusher = load_module()

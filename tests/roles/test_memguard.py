@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import json
 import os
 import signal
@@ -16,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from tests.scripts import load_script
+
 SCRIPT = Path(__file__).resolve().parents[2] / "roles/memguard/files/sparkserve-memguard.py"
 GIB = 1024**3
 FLOOR = 8 * GIB
@@ -24,13 +24,7 @@ LOW = 4 * GIB
 
 
 def load_module() -> ModuleType:
-    loader = importlib.machinery.SourceFileLoader("sparkserve_memguard", str(SCRIPT))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[loader.name] = module  # dataclasses look the module up
-    loader.exec_module(module)
-    return module
+    return load_script("roles/memguard/files/sparkserve-memguard.py", "sparkserve_memguard")
 
 
 memguard = load_module()
