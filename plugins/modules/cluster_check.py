@@ -12,7 +12,7 @@ description:
   - Builds the cluster from the hosts' variables (as the spark_cluster inventory plugin writes them, or
     as a plain YAML inventory carries them) and applies the same topology rules to both.
   - Fails with one message per problem, each naming the host, the variable, the bad value and the fix.
-  - Changes nothing; run it on the controller (C(delegate_to: localhost), C(run_once: true)).
+  - Changes nothing. Run it on the controller, delegated to localhost and once per play.
 options:
   hosts:
     description: Inventory names of the cluster's nodes (the C(sparks) group).
