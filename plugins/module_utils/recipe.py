@@ -346,8 +346,8 @@ RECIPE_SPEC: Dict[str, Any] = {
                         "floor_gib": {
                             "type": "number",
                             "default": 8,
-                            "min": 0,
-                            "description": "Floor in GiB; below `min_available_gib`.",
+                            "min": 0.01,
+                            "description": "Floor in GiB, above 0 and below `min_available_gib`.",
                         },
                         "samples": {
                             "type": "int",
@@ -374,8 +374,9 @@ RECIPE_SPEC: Dict[str, Any] = {
                             "type": "str",
                             "default": "unconditional",
                             "choices": ["unconditional", "threshold"],
-                            "description": "`unconditional` flushes at every interval; `threshold` only "
-                                           "below the guard's floor, which still let loads run out of memory.",
+                            "description": "`unconditional` flushes at every interval; `threshold` only while "
+                                           "the page cache (Cached) exceeds the flusher role's "
+                                           "`flusher_threshold_bytes`, which still let loads run out of memory.",
                         },
                         "interval_s": {
                             "type": "number",

@@ -596,3 +596,9 @@ def test_schema_is_well_formed() -> None:
                 walk(spec["options"])
 
     walk(rc.RECIPE_SCHEMA)
+
+
+def test_a_memory_guard_floor_of_zero_is_refused() -> None:
+    # the guard refuses a floor of 0 at start; the recipe says so first
+    message = one_error(base(memory={"min_available_gib": 100, "guard": {"floor_gib": 0}}))
+    assert "memory.guard.floor_gib" in message and "0" in message
