@@ -1,0 +1,62 @@
+"""Tests for peer_links: every probe runs at once, and who did not answer is named."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Sequence
+
+import pytest
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.sparkserve.deploy.plugins.modules import peer_links as pl
+
+
+def test_probes_use_full_mtu_with_dont_fragment_and_batch_ssh() -> None:
+    seen: list[list[str]] = []
+    lock = threading.Lock()
+
+    def runner(argv: Sequence[str], timeout_s: int) -> int:
+        with lock:
+            seen.append(list(argv))
+        return 0
+
+    result = pl.check(["10.77.1.12"], 9000, ["spark-2"], 5, runner)
+    assert result == {"unanswered_pings": [], "unanswered_ssh": []}
+    assert ["ping", "-c", "1", "-W", "5", "-M", "do", "-s", "8972", "10.77.1.12"] in seen
+    assert ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "spark-2", "true"] in seen
+
+
+def test_silent_peers_are_named_in_order() -> None:
+    def runner(argv: Sequence[str], timeout_s: int) -> int:
+        return 1 if argv[-1] in ("10.77.2.13", "10.77.1.14") or argv[-2] == "spark-3" else 0
+
+    result = pl.check(["10.77.1.12", "10.77.1.14", "10.77.2.13"], 9000, ["spark-2", "spark-3"], 5, runner)
+    assert result == {"unanswered_pings": ["10.77.1.14", "10.77.2.13"], "unanswered_ssh": ["spark-3"]}
+
+
+def test_probes_run_at_once() -> None:
+    def slow(argv: Sequence[str], timeout_s: int) -> int:
+        time.sleep(0.3)
+        return 0
+
+    start = time.monotonic()
+    pl.check([f"10.77.1.{n}" for n in range(10, 16)], 9000, ["a", "b"], 5, slow)
+    assert time.monotonic() - start < 0.3 * 3  # eight probes, far less than eight times one
+
+
+def test_main_fails_naming_the_silent_peers(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(pl, "run", lambda argv, timeout_s: 1 if argv[0] == "ping" else 0)
+    with patch_module_args({"addresses": ["10.77.1.12"], "mtu": 9000, "ssh_hosts": ["spark-2"]}), pytest.raises(SystemExit):
+        pl.main()
+    out = json.loads(capsys.readouterr().out)
+    assert out["failed"] is True
+    assert "no answer at MTU 9000 with don't-fragment set from 10.77.1.12" in out["msg"]
+    assert out["unanswered_ssh"] == []
+
+
+def test_main_refuses_an_mtu_out_of_range(capsys: pytest.CaptureFixture[str]) -> None:
+    with patch_module_args({"addresses": [], "mtu": 65000}), pytest.raises(SystemExit):
+        pl.main()
+    assert "mtu 65000 is outside 1280..9216" in json.loads(capsys.readouterr().out)["msg"]
