@@ -39,6 +39,32 @@ _REVISION_HINT = (
 )
 _FROM_HINT = "give the name of an inventory variable, letters, digits and underscores"
 
+
+# The options of a Hugging Face repository pinned to a commit (the model, the draft model).
+_PINNED_REPO: Dict[str, Any] = {
+    "repo": {
+        "type": "str",
+        "required": True,
+        "pattern": _HF_REPO,
+        "hint": "give the Hugging Face repository as ORG/NAME",
+        "description": "Hugging Face repository, `ORG/NAME`.",
+    },
+    "revision": {
+        "type": "str",
+        "pattern": _HEX40,
+        "hint": _REVISION_HINT,
+        "description": "The full 40-character commit of the repository; a branch or tag is refused. "
+                       "Set exactly one of `revision` and `revision_from`.",
+    },
+    "revision_from": {
+        "type": "str",
+        "pattern": _VARIABLE,
+        "hint": _FROM_HINT,
+        "description": "Instead of `revision`: the name of an inventory variable that holds the commit. "
+                       "The resolved value is checked like `revision`.",
+    },
+}
+
 # The schema. Keys of a field: type (str, int, number, bool, dict, list, raw),
 # required, default, default_template (a default formatted with the sibling
 # fields), choices, pattern, min, max, elements (type of list items), options
@@ -90,27 +116,7 @@ RECIPE_SPEC: Dict[str, Any] = {
             "one_of": [["revision", "revision_from"]],
             "description": "The served weights.",
             "options": {
-                "repo": {
-                    "type": "str",
-                    "required": True,
-                    "pattern": _HF_REPO,
-                    "hint": "give the Hugging Face repository as ORG/NAME",
-                    "description": "Hugging Face repository, `ORG/NAME`.",
-                },
-                "revision": {
-                    "type": "str",
-                    "pattern": _HEX40,
-                    "hint": _REVISION_HINT,
-                    "description": "The full 40-character commit of the repository; a branch or tag is refused. "
-                                   "Set exactly one of `revision` and `revision_from`.",
-                },
-                "revision_from": {
-                    "type": "str",
-                    "pattern": _VARIABLE,
-                    "hint": _FROM_HINT,
-                    "description": "Instead of `revision`: the name of an inventory variable that holds the commit. "
-                                   "The resolved value is checked like `revision`.",
-                },
+                **_PINNED_REPO,
                 "served_name": {
                     "type": "str",
                     "required": True,
@@ -140,25 +146,7 @@ RECIPE_SPEC: Dict[str, Any] = {
                            "beside the model. The recipe passes it to the engine itself, through `engine_args` "
                            "(for vLLM, `speculative-config` with `model` set to `path_in_container`).",
             "options": {
-                "repo": {
-                    "type": "str",
-                    "required": True,
-                    "pattern": _HF_REPO,
-                    "hint": "give the Hugging Face repository as ORG/NAME",
-                    "description": "Hugging Face repository, `ORG/NAME`.",
-                },
-                "revision": {
-                    "type": "str",
-                    "pattern": _HEX40,
-                    "hint": _REVISION_HINT,
-                    "description": "The full 40-character commit. Set exactly one of `revision` and `revision_from`.",
-                },
-                "revision_from": {
-                    "type": "str",
-                    "pattern": _VARIABLE,
-                    "hint": _FROM_HINT,
-                    "description": "Instead of `revision`: the name of an inventory variable that holds the commit.",
-                },
+                **_PINNED_REPO,
                 "gated": {
                     "type": "bool",
                     "default": False,

@@ -18,7 +18,7 @@ import json
 import socket
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from .logs import Logger
 from .state import EngineState
@@ -161,23 +161,34 @@ class HeadRendezvous:
 
     def _follow(self, channel: Channel, rank: int) -> None:
         """Read a worker's messages until its connection ends."""
-        error: BaseException | None = None
-        while not self.stop.is_set():
-            try:
-                message = channel.recv()
-            except (OSError, ValueError) as exc:
-                error = exc
-                break
-            if message is None:
-                break
-            kind = message.get("type")
-            if kind == "ready":
-                self.log.info("rendezvous: node rank %d is ready (%s)" % (rank, message.get("summary", "weights loaded")))
-                self.state.worker_ready(rank)
-            elif kind == "failed":
-                self.state.fail("node rank %d failed: %s" % (rank, message.get("reason", "unknown")))
+        error = _read_until_closed(channel, lambda message: self._on_message(rank, message), self.stop)
         if not self.stop.is_set():
             self.state.rank_lost(rank, _lost_reason(error))
+
+    def _on_message(self, rank: int, message: dict) -> None:
+        kind = message.get("type")
+        if kind == "ready":
+            self.log.info("rendezvous: node rank %d is ready (%s)" % (rank, message.get("summary", "weights loaded")))
+            self.state.worker_ready(rank)
+        elif kind == "failed":
+            self.state.fail("node rank %d failed: %s" % (rank, message.get("reason", "unknown")))
+
+
+def _read_until_closed(channel: Channel, on_message: Callable[[dict], None],
+                       stop: threading.Event | None = None) -> BaseException | None:
+    """Hand each message to ``on_message`` until the connection ends (or ``stop`` is set).
+
+    Returns the error that ended the connection, or None when it closed cleanly.
+    """
+    while stop is None or not stop.is_set():
+        try:
+            message = channel.recv()
+        except (OSError, ValueError) as exc:
+            return exc
+        if message is None:
+            return None
+        on_message(message)
+    return None
 
 
 # --- worker side -----------------------------------------------------------
@@ -222,14 +233,5 @@ def join_head(addr: str, port: int, rank: int, nnodes: int, timeout_s: float, ch
 
 def watch_head(channel: Channel, lost: threading.Event, reason: list[str]) -> None:
     """Read the head's heartbeats until the connection ends, then set ``lost``."""
-    error: BaseException | None = None
-    while True:
-        try:
-            message = channel.recv()
-        except (OSError, ValueError) as exc:
-            error = exc
-            break
-        if message is None:
-            break
-    reason.append(_lost_reason(error))
+    reason.append(_lost_reason(_read_until_closed(channel, lambda message: None)))
     lost.set()
