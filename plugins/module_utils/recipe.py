@@ -376,6 +376,65 @@ RECIPE_SPEC: Dict[str, Any] = {
                 },
             },
         },
+        "fabric": {
+            "type": "dict",
+            "default": {},
+            "description": "Checks of the RoCE fabric beyond the links (see the fabric role).",
+            "options": {
+                "nccl_probe": {
+                    "type": "dict",
+                    "default": {},
+                    "description": "The NCCL all-reduce probe (tag `nccl_probe`): every rank of the recipe, in its "
+                                   "image, with the node's fabric environment, before the engine starts.",
+                    "options": {
+                        "enabled": {
+                            "type": "bool",
+                            "default": False,
+                            "description": "Run the probe in every `site.yml` run, not only under `--tags nccl_probe`.",
+                        },
+                        "min_busbw_gbps": {
+                            "type": "number",
+                            "default": 15,
+                            "min": 0,
+                            "description": "Least all-reduce bus bandwidth, in GB/s, at the largest size; two Sparks "
+                                           "over both twins give about 20.",
+                        },
+                        "transports": {
+                            "type": "list",
+                            "elements": "str",
+                            "default": ["NET/IB"],
+                            "choices": ["NET/IB", "NET/Socket", "P2P", "SHM"],
+                            "description": "Transports NCCL may use between ranks; `NET/Socket` means RDMA failed "
+                                           "and NCCL fell back to TCP.",
+                        },
+                        "sizes_mib": {
+                            "type": "list",
+                            "elements": "number",
+                            "default": [1, 16, 128, 512],
+                            "min": 0.001,
+                            "description": "Message sizes of the all-reduce, in MiB.",
+                        },
+                        "iters": {
+                            "type": "int",
+                            "default": 20,
+                            "min": 1,
+                            "description": "Timed all-reduces per size, after five warm-up ones.",
+                        },
+                        "port": {
+                            "type": "int", "min": 1, "max": 65535, "hint": "use a TCP port between 1 and 65535",
+                            "default": 29599,
+                            "description": "TCP port of the probe's rendezvous on the head's fabric address.",
+                        },
+                        "timeout_s": {
+                            "type": "int",
+                            "default": 300,
+                            "min": 10,
+                            "description": "Seconds the whole probe may take.",
+                        },
+                    },
+                },
+            },
+        },
         "readiness": {
             "type": "dict",
             "default": {},

@@ -578,7 +578,7 @@ def test_readme_names_every_field() -> None:
     walk(rc.RECIPE_SCHEMA, "")
     assert set(rc.RECIPE_SCHEMA) == {
         "name", "description", "engine", "image", "image_from", "model", "draft_model", "parallel", "launch",
-        "engine_args", "env", "kv_cache", "overlays", "memory", "readiness", "host", "bench",
+        "engine_args", "env", "kv_cache", "overlays", "memory", "fabric", "readiness", "host", "bench",
     }
 
 
