@@ -5,7 +5,10 @@ The probe (roles/fabric/files/sparkserve-nccl-probe.py) prints one
 ``SPARKSERVE_NCCL_DONE {json}``; NCCL itself, run with NCCL_DEBUG=INFO, says
 which transport each channel uses (``via NET/IB/0``, ``via NET/Socket/0``,
 ``via P2P/CUMEM``, ``via SHM/direct``) and which network it loaded
-(``Using network IB`` or ``Using network Socket``). Standard library only.
+(``Using network IB`` or ``Using network Socket``). The channels are the
+truth: NCCL loads a network even when every channel goes over NVLink, so the
+loaded network counts only where no channel line was logged. Standard
+library only.
 """
 
 from __future__ import annotations
@@ -44,6 +47,14 @@ def _tagged(line: str, tag: str) -> Optional[Dict[str, Any]]:
     return value if isinstance(value, dict) else None
 
 
+def _between_ranks(transports: set) -> Optional[str]:
+    """The transport that bounds the collective: the network when any channel crosses it (a channel
+    that fell back to sockets drags the whole all-reduce down), else the fastest one seen."""
+    if "NET/Socket" in transports:
+        return "NET/Socket"
+    return next((t for t in TRANSPORTS if t in transports), None)
+
+
 def parse(text: str) -> Dict[str, Any]:
     """What one run of the probe measured and which transports NCCL used."""
     results: List[Dict[str, Any]] = []
@@ -64,15 +75,12 @@ def parse(text: str) -> Dict[str, Any]:
         seen.update(_transport(m) for m in _CHANNEL.findall(line))
         networks.update(_transport(m) for m in _NETWORK.findall(line))
         match = _NET_DEVICES.search(line)
-        if match and match.group(2).strip() not in devices:
-            devices.append(match.group(2).strip())
+        if match:
+            devices += [d for d in match.group(2).split() if d != "[RO]" and d not in devices]
         warn = _WARN.search(line)
         if warn and len(warnings) < 5:
             warnings.append(warn.group(1).strip())
-    net = [t for t in ("NET/IB", "NET/Socket") if t in seen or t in networks]
-    if "NET/Socket" in seen and "NET/IB" in seen:
-        net = ["NET/Socket"]  # a channel that fell back drags the collective down with it
-    transport = net[0] if net else next((t for t in TRANSPORTS if t in seen), None)
+    transport = _between_ranks(seen if seen else networks)
     largest = max(results, key=lambda r: r.get("size_bytes", 0)) if results else None
     return {
         "results": results,
@@ -80,7 +88,8 @@ def parse(text: str) -> Dict[str, Any]:
         "correct": bool(done and done.get("correct")),
         "world_size": (done or {}).get("world_size"),
         "transport": transport,
-        "transports_seen": sorted(seen | networks),
+        "transports_seen": sorted(seen),
+        "network": sorted(networks)[0] if networks else None,
         "net_devices": devices,
         "warnings": warnings,
         "busbw_gbps": largest.get("busbw_gbps") if largest else None,

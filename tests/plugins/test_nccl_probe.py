@@ -8,7 +8,7 @@ import pytest
 
 from ansible_collections.sparkserve.deploy.plugins.filter import nccl_probe as nf
 from ansible_collections.sparkserve.deploy.plugins.module_utils import nccl_probe as np_
-from tests.scripts import load_script
+from tests.scripts import ROOT, load_script
 
 probe = load_script("roles/fabric/files/sparkserve-nccl-probe.py", "sparkserve_nccl_probe")
 
@@ -61,7 +61,8 @@ def test_rdma_run_reports_ib_and_the_largest_size() -> None:
     assert report["transport"] == "NET/IB"
     assert report["busbw_gbps"] == 20.4 and report["size_bytes"] == 536870912
     assert report["complete"] and report["correct"] and report["world_size"] == 2
-    assert report["net_devices"] == ["[0]rocep1s0f1:1/RoCE [1]roceP2p1s0f1:1/RoCE [RO]"]
+    assert report["net_devices"] == ["[0]rocep1s0f1:1/RoCE", "[1]roceP2p1s0f1:1/RoCE"]
+    assert report["network"] == "NET/IB"
     assert len(report["results"]) == 3
     assert np_.gate(report, 15, ["NET/IB"]) == []
 
@@ -120,3 +121,30 @@ def test_filters_are_the_same_functions() -> None:
     assert report == np_.parse(IB_LOG)
     assert filters["nccl_probe_gate"](report, "25", ("NET/IB",))[0].startswith("all-reduce bus bandwidth 20.40")
     assert json.dumps(report)  # plain data, fit for Ansible
+
+
+# Real output of rank 0 of the probe on two H200s of one host (NCCL 2.28.9), run by
+# tools/nccl-probe-local.py: once kept off NVLink and shared memory with no RDMA
+# device (the fallback to sockets a Spark shows with a wrong NCCL_IB_HCA), once
+# with NVLink allowed (NCCL still loads its socket network then, unused).
+def fixture(name: str) -> str:
+    return (ROOT / "tests/fixtures/nccl" / name).read_text()
+
+
+def test_real_socket_fallback_is_caught() -> None:
+    report = np_.parse(fixture("h200x2-a-net-only.log"))
+    assert report["transport"] == "NET/Socket" and report["transports_seen"] == ["NET/Socket"]
+    assert report["net_devices"] == ["[0]lo:127.0.0.1<0>"]
+    assert report["complete"] and report["correct"] and report["world_size"] == 2
+    assert [r["size_bytes"] for r in report["results"]] == [1048576, 16777216, 134217728, 536870912]
+    assert 0 < report["busbw_gbps"] < 15
+    problems = np_.gate(report, 15, ["NET/IB"])
+    assert "fell back to NET/Socket" in problems[0] and "below the recipe's 15.00 GB/s" in problems[1]
+
+
+def test_real_nvlink_run_counts_channels_not_the_loaded_network() -> None:
+    report = np_.parse(fixture("h200x2-c-p2p.log"))
+    assert report["network"] == "NET/Socket"
+    assert report["transport"] == "P2P" and report["transports_seen"] == ["P2P"]
+    assert report["busbw_gbps"] > 100
+    assert np_.gate(report, 50, ["P2P"]) == []
