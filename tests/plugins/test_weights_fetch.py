@@ -1,0 +1,374 @@
+"""Tests for weights_fetch: the plan and the rsync command, then real transfers from a real rsync daemon."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+import pytest
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.sparkserve.deploy.plugins.module_utils import weights as w
+from ansible_collections.sparkserve.deploy.plugins.modules import weights_fetch as wf
+
+REVISION = "00112233445566778899aabbccddeeff00112233"
+CONTENTS = {
+    "config.json": b'{"hidden_size": 64}',
+    "model-00001-of-00002.safetensors": os.urandom(3_000_000),
+    "model-00002-of-00002.safetensors": os.urandom(500_000),
+    "sub/tokenizer.json": b'{"vocab": {}}',
+}
+SOURCE = "rsync://10.77.1.11:8730/weights/org/name/" + REVISION + "/"
+
+
+def manifest_of(contents: dict[str, bytes]) -> dict[str, Any]:
+    files = {p: {"size": len(d), "sha256": hashlib.sha256(d).hexdigest(), "source": "computed"}
+             for p, d in contents.items()}
+    return {"format": 1, "repo": "org/name", "revision": REVISION, "files": files}
+
+
+def write_tree(root: Path, contents: dict[str, bytes]) -> None:
+    for relpath, data in contents.items():
+        (root / relpath).parent.mkdir(parents=True, exist_ok=True)
+        (root / relpath).write_bytes(data)
+
+
+# Pure functions
+
+def test_plan_takes_missing_and_wrong_sized_files_in_manifest_order() -> None:
+    files = manifest_of(CONTENTS)["files"]
+    sizes = {"config.json": len(CONTENTS["config.json"]), "model-00001-of-00002.safetensors": 10,
+             "model-00002-of-00002.safetensors": None}
+    assert wf.plan_fetch(files, sizes) == [
+        "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "sub/tokenizer.json"]
+    assert wf.plan_fetch(files, sizes, ["sub/tokenizer.json", "model-00001-of-00002.safetensors", "config.json"]) == [
+        "model-00001-of-00002.safetensors", "sub/tokenizer.json"]
+    assert wf.plan_fetch(files, {p: len(d) for p, d in CONTENTS.items()}) == []
+
+
+def test_plan_refuses_files_not_in_the_manifest() -> None:
+    with pytest.raises(ValueError, match="files not in the manifest: x.bin, y.bin"):
+        wf.plan_fetch(manifest_of(CONTENTS)["files"], {}, ["config.json", "x.bin", "y.bin"])
+
+
+def test_rsync_argv() -> None:
+    assert wf.rsync_argv("rsync", SOURCE, "sub/tokenizer.json", "/srv/m/rev") == [
+        "rsync", "--times", "--partial", "--partial-dir=.sparkserve-partial", "--timeout=300", "--contimeout=30",
+        "--", f"rsync://10.77.1.11:8730/weights/org/name/{REVISION}/sub/tokenizer.json", "/srv/m/rev/sub/tokenizer.json"]
+    argv = wf.rsync_argv("/usr/bin/rsync", SOURCE.rstrip("/"), "config.json", "/d", bwlimit_kib=1024, io_timeout_s=60)
+    assert argv[0] == "/usr/bin/rsync" and "--bwlimit=1024" in argv and "--timeout=60" in argv
+    assert argv[-2:] == [f"rsync://10.77.1.11:8730/weights/org/name/{REVISION}/config.json", "/d/config.json"]
+    assert "--inplace" not in argv
+
+
+def test_not_there_yet() -> None:
+    assert wf.not_there_yet(23, 'rsync: [sender] link_stat "x" (in weights) failed: No such file or directory (2)')
+    assert wf.not_there_yet(23, 'rsync: [sender] change_dir "org" (in weights) failed: No such file or directory (2)')
+    assert not wf.not_there_yet(23, 'rsync: [Receiver] mkstemp "x" failed: Permission denied (13)')
+    assert not wf.not_there_yet(10, "failed to connect to 10.77.1.11: Connection refused (111)")
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_waits_then_gives_up_naming_the_file(tmp_path: Path) -> None:
+    clock = FakeClock()
+    calls: list[list[str]] = []
+
+    def runner(argv: Sequence[str]) -> tuple[int, str]:
+        calls.append(list(argv))
+        return 23, 'rsync: [sender] link_stat "config.json" (in weights) failed: No such file or directory (2)'
+
+    files = manifest_of(CONTENTS)["files"]
+    with pytest.raises(wf.FetchError, match=r"config.json did not appear upstream within 10 s") as caught:
+        wf.fetch(SOURCE, str(tmp_path), files, ["config.json"], wait_timeout_s=10, poll_s=0.5, runner=runner,
+                 clock=clock, sleep=clock.sleep)
+    assert len(calls) == 21 and caught.value.fetched == []
+
+
+def test_retries_a_dropped_connection_then_fails_on_other_errors(tmp_path: Path) -> None:
+    clock = FakeClock()
+    answers = [(10, "Connection refused"), (12, "protocol data stream"), (0, "")]
+
+    def runner(argv: Sequence[str]) -> tuple[int, str]:
+        rc, text = answers.pop(0)
+        if rc == 0:
+            Path(argv[-1]).write_bytes(CONTENTS["config.json"])
+        return rc, text
+
+    files = manifest_of(CONTENTS)["files"]
+    done = wf.fetch(SOURCE, str(tmp_path), files, ["config.json"], retries=2, runner=runner, clock=clock,
+                    sleep=clock.sleep)
+    assert done.fetched == ["config.json"] and done.bytes_fetched == len(CONTENTS["config.json"])
+
+    with pytest.raises(wf.FetchError, match=r"failed \(exit 5\): @ERROR: Unknown module 'weights'"):
+        wf.fetch(SOURCE, str(tmp_path), files, ["sub/tokenizer.json"],
+                 runner=lambda argv: (5, "@ERROR: Unknown module 'weights'\n"), clock=clock, sleep=clock.sleep)
+
+
+def test_a_wrong_size_from_upstream_fails(tmp_path: Path) -> None:
+    def runner(argv: Sequence[str]) -> tuple[int, str]:
+        Path(argv[-1]).write_bytes(b"not the right size")
+        return 0, ""
+
+    with pytest.raises(wf.FetchError, match="config.json came from .* with size 18, the manifest says 19"):
+        wf.fetch(SOURCE, str(tmp_path), manifest_of(CONTENTS)["files"], ["config.json"], runner=runner)
+
+
+# A real rsync daemon
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+DaemonFactory = Callable[[Path], str]
+
+
+@pytest.fixture
+def rsync_daemon(tmp_path: Path) -> Iterator[DaemonFactory]:
+    """Start read-only rsync daemons on 127.0.0.1, module 'weights' over a given folder; each gives its URL.
+
+    The daemons are ended when the test ends.
+    """
+    if shutil.which("rsync") is None:
+        pytest.fail("rsync is not installed (apt-get install rsync)")
+    daemons: list[subprocess.Popen[bytes]] = []
+
+    def start(served: Path) -> str:
+        n = len(daemons)
+        conf = tmp_path / f"rsyncd-{n}.conf"
+        log = tmp_path / f"rsyncd-{n}.log"
+        conf.write_text(
+            "use chroot = no\n"
+            f"log file = {log}\n"
+            "[weights]\n"
+            f"  path = {served}\n"
+            "  read only = yes\n"
+            "  exclude = .sparkserve-*\n"
+            f"  uid = {os.getuid()}\n"
+            f"  gid = {os.getgid()}\n", encoding="utf-8")
+        port = free_port()
+        daemons.append(subprocess.Popen(
+            ["rsync", "--daemon", "--no-detach", f"--port={port}", "--address=127.0.0.1", f"--config={conf}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                return f"rsync://127.0.0.1:{port}/weights/"
+            except OSError:
+                if daemons[-1].poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the rsync daemon did not start: {log.read_text() if log.exists() else ''}")
+                time.sleep(0.05)
+
+    try:
+        yield start
+    finally:
+        for daemon in daemons:
+            daemon.terminate()
+        for daemon in daemons:
+            try:
+                daemon.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                daemon.kill()
+                daemon.wait()
+
+
+@pytest.fixture
+def upstream(tmp_path: Path, rsync_daemon: DaemonFactory) -> tuple[Path, str]:
+    """A daemon serving tmp_path/up; (the upstream's revision folder, its source URL)."""
+    folder = tmp_path / "up" / "org" / "name" / REVISION
+    folder.mkdir(parents=True)
+    return folder, rsync_daemon(tmp_path / "up") + f"org/name/{REVISION}/"
+
+
+def local_copy(tmp_path: Path, contents: dict[str, bytes]) -> Path:
+    """The downstream revision folder, holding only the manifest (as the role leaves it)."""
+    down = tmp_path / "down" / REVISION
+    down.mkdir(parents=True)
+    (down / w.MANIFEST_NAME).write_text(json.dumps(manifest_of(contents)), encoding="utf-8")
+    return down
+
+
+def run_main(args: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    with patch_module_args(args), pytest.raises(SystemExit):
+        wf.main()
+    return json.loads(capsys.readouterr().out)
+
+
+def test_fetches_every_file_byte_for_byte(tmp_path: Path, upstream: tuple[Path, str],
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    folder, source = upstream
+    write_tree(folder, CONTENTS)
+    (folder / ".sparkserve-verify-cache.json").write_text("{}")
+    down = local_copy(tmp_path, CONTENTS)
+    (down / "config.json").write_bytes(CONTENTS["config.json"])  # already here: not fetched again
+    out = run_main({"source": source, "path": str(down), "poll_s": 0.05}, capsys)
+    assert "failed" not in out, out
+    assert out["changed"] is True
+    assert out["fetched"] == ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "sub/tokenizer.json"]
+    assert out["bytes_fetched"] == 3_500_000 + len(CONTENTS["sub/tokenizer.json"])
+    for relpath, data in CONTENTS.items():
+        assert (down / relpath).read_bytes() == data
+    assert (down / "model-00002-of-00002.safetensors").stat().st_mtime_ns // 10**9 == \
+        (folder / "model-00002-of-00002.safetensors").stat().st_mtime_ns // 10**9  # --times
+    assert not (down / ".sparkserve-verify-cache.json").exists()
+    verified = w.verify(str(down), manifest_of(CONTENTS))
+    assert (verified["missing"], verified["corrupt"], verified["unexpected"]) == ([], [], [])
+
+    again = run_main({"source": source, "path": str(down)}, capsys)
+    assert (again["changed"], again["fetched"], again["bytes_fetched"]) == (False, [], 0)
+
+
+def test_a_file_that_appears_later_is_waited_for(tmp_path: Path, upstream: tuple[Path, str]) -> None:
+    folder, source = upstream
+    write_tree(folder, {"config.json": CONTENTS["config.json"]})
+    late = CONTENTS["model-00002-of-00002.safetensors"]
+
+    def arrive() -> None:
+        time.sleep(1.0)
+        (folder / ".model-00002-of-00002.safetensors.tmp").write_bytes(late)
+        os.rename(folder / ".model-00002-of-00002.safetensors.tmp", folder / "model-00002-of-00002.safetensors")
+
+    contents = {"config.json": CONTENTS["config.json"], "model-00002-of-00002.safetensors": late}
+    down = local_copy(tmp_path, contents)
+    writer = threading.Thread(target=arrive)
+    started = time.monotonic()
+    writer.start()
+    try:
+        done = wf.fetch(source, str(down), manifest_of(contents)["files"], list(contents), wait_timeout_s=10, poll_s=0.1)
+    finally:
+        writer.join()
+    assert done.fetched == list(contents)
+    assert time.monotonic() - started >= 1.0
+    assert (down / "model-00002-of-00002.safetensors").read_bytes() == late
+
+
+def test_a_file_that_never_appears_times_out(tmp_path: Path, upstream: tuple[Path, str],
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    folder, source = upstream
+    write_tree(folder, {"config.json": CONTENTS["config.json"]})
+    down = local_copy(tmp_path, CONTENTS)
+    out = run_main({"source": source, "path": str(down), "wait_timeout_s": 0, "poll_s": 0.05}, capsys)
+    assert out["failed"] is True
+    assert out["msg"].startswith(f"{source}model-00001-of-00002.safetensors did not appear upstream within 0 s")
+    assert out["fetched"] == ["config.json"] and out["changed"] is True
+
+
+def test_check_mode_fetches_nothing(tmp_path: Path, upstream: tuple[Path, str],
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    folder, source = upstream
+    write_tree(folder, CONTENTS)
+    down = local_copy(tmp_path, CONTENTS)
+    out = run_main({"source": source, "path": str(down), "files": ["config.json", "sub/tokenizer.json"],
+                    "_ansible_check_mode": True}, capsys)
+    assert out["changed"] is True and out["fetched"] == ["config.json", "sub/tokenizer.json"]
+    assert sorted(p.name for p in down.iterdir()) == [w.MANIFEST_NAME]
+
+
+def test_an_interrupted_transfer_resumes_from_the_partial_file(tmp_path: Path, upstream: tuple[Path, str]) -> None:
+    folder, source = upstream
+    write_tree(folder, CONTENTS)
+    big = "model-00001-of-00002.safetensors"
+    down = local_copy(tmp_path, CONTENTS)
+    (down / w.PARTIAL_DIR).mkdir()
+    (down / w.PARTIAL_DIR / big).write_bytes(CONTENTS[big][:1_000_000])  # what a broken-off transfer leaves
+    outputs: list[str] = []
+
+    def with_stats(argv: Sequence[str]) -> tuple[int, str]:
+        rc, output = wf.run([argv[0], "--stats", *argv[1:]])
+        outputs.append(output)
+        return rc, output
+
+    done = wf.fetch(source, str(down), manifest_of(CONTENTS)["files"], [big], runner=with_stats)
+    assert done.fetched == [big]
+    assert (down / big).read_bytes() == CONTENTS[big]
+    matched = re.search(r"Matched data: ([\d,.]+) bytes", outputs[0])
+    assert matched and int(re.sub(r"\D", "", matched.group(1))) == 1_000_000  # the partial file was used
+    assert not (down / w.PARTIAL_DIR).exists()  # and cleared away
+
+
+def test_a_wrong_partial_file_still_gives_the_right_result(tmp_path: Path, upstream: tuple[Path, str]) -> None:
+    folder, source = upstream
+    write_tree(folder, CONTENTS)
+    big = "model-00001-of-00002.safetensors"
+    down = local_copy(tmp_path, CONTENTS)
+    (down / w.PARTIAL_DIR).mkdir()
+    (down / w.PARTIAL_DIR / big).write_bytes(os.urandom(700_000))
+    wf.fetch(source, str(down), manifest_of(CONTENTS)["files"], [big])
+    assert (down / big).read_bytes() == CONTENTS[big]
+
+
+def test_the_daemon_does_not_serve_bookkeeping(tmp_path: Path, upstream: tuple[Path, str]) -> None:
+    folder, source = upstream
+    (folder / w.MANIFEST_NAME).write_text("{}")
+    rc, output = wf.run(wf.rsync_argv("rsync", source, w.MANIFEST_NAME, str(tmp_path)))
+    assert wf.not_there_yet(rc, output)
+
+
+def test_main_refuses_bad_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    down = local_copy(tmp_path, CONTENTS)
+    assert "is not an rsync daemon address" in run_main({"source": "/tmp/x", "path": str(down)}, capsys)["msg"]
+    out = run_main({"source": SOURCE, "path": str(down), "files": ["nope.bin"]}, capsys)
+    assert out["msg"] == "files not in the manifest: nope.bin"
+    assert "poll_s and io_timeout_s" in run_main({"source": SOURCE, "path": str(down), "poll_s": 0}, capsys)["msg"]
+    missing = run_main({"source": SOURCE, "path": str(tmp_path / "elsewhere")}, capsys)
+    assert missing["msg"] == f"manifest {tmp_path / 'elsewhere' / w.MANIFEST_NAME} does not exist"
+
+
+def test_a_relay_chain_passes_files_on_while_receiving(tmp_path: Path, rsync_daemon: DaemonFactory) -> None:
+    """seeder -> b -> c, fetching at once: c gets each file from b as soon as b has it, while b goes on."""
+    contents = {f"model-0000{n}-of-00003.safetensors": os.urandom(1_000_000) for n in (1, 2, 3)}
+    seeder = tmp_path / "seeder"
+    write_tree(seeder, contents)
+    b, c = tmp_path / "b", tmp_path / "c"
+    b.mkdir()
+    c.mkdir()
+    plan = w.plan_relay(["seeder", "b", "c"], "seeder")
+    urls = {"seeder": rsync_daemon(seeder), "b": rsync_daemon(b)}
+    files = manifest_of(contents)["files"]
+    got: dict[str, dict[str, float]] = {"b": {}, "c": {}}
+    errors: list[BaseException] = []
+
+    def node(name: str, folder: Path, bwlimit_kib: int) -> None:
+        def runner(argv: Sequence[str]) -> tuple[int, str]:
+            rc, output = wf.run(argv)
+            if rc == 0:
+                got[name][Path(argv[-1]).name] = time.monotonic()
+            return rc, output
+
+        try:
+            wf.fetch(urls[plan[name]], str(folder), files, list(files), wait_timeout_s=10, poll_s=0.05,
+                     bwlimit_kib=bwlimit_kib, runner=runner)
+        except BaseException as err:  # noqa: BLE001 - the test reports it
+            errors.append(err)
+
+    threads = [threading.Thread(target=node, args=("b", b, 4096)), threading.Thread(target=node, args=("c", c, 0))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    for relpath, data in contents.items():
+        assert (c / relpath).read_bytes() == data
+    first, last = "model-00001-of-00003.safetensors", "model-00003-of-00003.safetensors"
+    assert got["c"][first] < got["b"][last]  # c had the first shard while b was still receiving
