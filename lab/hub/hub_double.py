@@ -58,7 +58,6 @@ CHUNK_BYTES = 64 * 1024
 COMMIT_RE = re.compile(r"[0-9a-f]{40}")
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 RANGE_RE = re.compile(r"bytes=(\d*)-(\d*)")
-LAB_PREFIX = "/sparkserve-lab/"
 STATS_PATH = "/sparkserve-lab/stats"
 STATS_RESET_PATH = "/sparkserve-lab/stats/reset"
 GATED_MARKER = ".gated"
@@ -410,7 +409,7 @@ class Handler(BaseHTTPRequestHandler):
         split = urlsplit(self.path)
         query = parse_qs(split.query)
         raw = split.path
-        if raw.startswith(LAB_PREFIX):
+        if raw in (STATS_PATH, STATS_RESET_PATH):  # exact paths: an org may be called sparkserve-lab
             self.route_lab(method, raw)
             return
         self.server.stats.add_request()

@@ -285,3 +285,17 @@ def test_cli_runs_on_the_standard_library_alone(model: Path) -> None:
     finally:
         process.terminate()
         assert process.wait(timeout=5) == 0
+
+
+def test_an_org_named_like_the_stats_route_is_served(tmp_path: Path) -> None:
+    """The lab's own model lives under the org sparkserve-lab; only the exact stats paths are the double's."""
+    model = make_hub_root(tmp_path / "hub")
+    shutil.copytree(tmp_path / "hub" / REPO, tmp_path / "hub" / "sparkserve-lab" / "tiny-model")
+    running = Running(tmp_path / "hub")
+    try:
+        path = hf_hub_download("sparkserve-lab/tiny-model", "config.json", revision=SHA, endpoint=running.endpoint,
+                               cache_dir=str(tmp_path / "cache"))
+        assert Path(path).read_bytes() == (model / "config.json").read_bytes()
+        assert running.stats()["by_repo"] == {"sparkserve-lab/tiny-model": len((model / "config.json").read_bytes())}
+    finally:
+        running.stop()
