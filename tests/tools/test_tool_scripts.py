@@ -1,0 +1,35 @@
+"""The developer tools: the local NCCL probe runner and the weights benchmark."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.scripts import load_script
+
+local = load_script("tools/nccl-probe-local.py", "nccl_probe_local")
+bench = load_script("tools/bench-weights.py", "bench_weights")
+
+
+def test_each_local_rank_gets_the_nodes_fabric_env_and_one_gpu() -> None:
+    fabric = {"NCCL_IB_HCA": "mlx5_0", "NCCL_SOCKET_IFNAME": "lo"}
+    env = local.rank_env({"PATH": "/bin", "NCCL_P2P_DISABLE": "0"}, fabric, 1, net_only=True)
+    assert env["CUDA_VISIBLE_DEVICES"] == "1" and env["NCCL_IB_HCA"] == "mlx5_0"
+    assert env["NCCL_NVLS_ENABLE"] == "0" and env["NCCL_DEBUG"] == "INFO"
+    assert env["NCCL_P2P_DISABLE"] == "1" and env["NCCL_SHM_DISABLE"] == "1"
+    assert "NCCL_SHM_DISABLE" not in local.rank_env({}, fabric, 0, net_only=False)
+
+
+def test_local_ranks_are_the_nodes_of_one_rendezvous() -> None:
+    argv = local.probe_argv("python3", 2, 1, 29599, "1,16", 5)
+    assert argv[1].endswith("roles/fabric/files/sparkserve-nccl-probe.py")
+    assert argv[2:] == ["--master-addr", "127.0.0.1", "--master-port", "29599", "--nnodes", "2",
+                        "--node-rank", "1", "--sizes-mib", "1,16", "--iters", "5"]
+    with pytest.raises(SystemExit):
+        local.parse_args(["--ranks", "1"])
+
+
+def test_bench_uses_the_labs_first_twin_and_a_pinned_revision() -> None:
+    assert bench.fabric_ip("spark-3") == "10.77.1.13"
+    assert len(bench.REVISION) == 40 and int(bench.REVISION, 16) >= 0
+    args = bench.parse_args(["--rate-mbit", "200"])
+    assert (args.rate_mbit, args.shards, args.shard_mib) == (200, 16, 8)
