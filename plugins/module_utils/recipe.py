@@ -15,11 +15,14 @@ README: ``python plugins/module_utils/recipe.py > recipes/README.md``.
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
+import os
+import posixpath
 import re
 import string
 import sys
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 GIB = 1024 ** 3
 
@@ -38,7 +41,66 @@ _REVISION_HINT = (
     'pin the full 40-character commit (HfApi().model_info(repo, revision="{value}").sha gives it)'
 )
 _FROM_HINT = "give the name of an inventory variable, letters, digits and underscores"
+# A path inside a folder: relative, without spaces, and no part of it "..".
+_RELATIVE_PATH = r"^(?!/)(?!(?:.*/)?\.\.(?:/|$))[^\s]+$"
+# Files of a model folder that hold weights; file_overrides may not replace them.
+_SHARD_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt")
 
+
+def _from(key: str, holds: str, wants: str) -> Dict[str, Any]:
+    """The field KEY_from, which names the inventory variable that holds KEY's value.
+
+    ``wants`` says what the variable must hold; a deployment whose inventory
+    lacks the variable is refused with it (or with the recipe's own ``supply``
+    sentence for that variable). ``{sibling}`` in it is replaced by the value
+    of that sibling field.
+    """
+    return {
+        "type": "str",
+        "pattern": _VARIABLE,
+        "hint": _FROM_HINT,
+        "wants": wants,
+        "description": "Instead of `%s`: the name of an inventory variable that holds %s. The resolved "
+                       "value is checked like `%s`." % (key, holds, key),
+    }
+
+
+# Small files of a model folder replaced or added: model.file_overrides and draft_model.file_overrides.
+_FILE_OVERRIDES: Dict[str, Any] = {
+    "type": "list",
+    "elements": "dict",
+    "default": [],
+    "one_of": [["sha256", "sha256_from"]],
+    "description": "A small file of the model folder replaced or added, hash-checked, mounted read-only over "
+                   "the model; the shards are never touched. Each rank gets one read-only mount per file "
+                   "(see *Mounts*).",
+    "options": {
+        "path": {
+            "type": "str",
+            "required": True,
+            "pattern": _RELATIVE_PATH,
+            "hint": "give the file's path relative to the model folder, without .. (generation_config.json)",
+            "description": "The file, relative to the model folder (`generation_config.json`); no `..`, and "
+                           "never a weight shard.",
+        },
+        "source": {
+            "type": "str",
+            "required": True,
+            "pattern": _RELATIVE_PATH,
+            "hint": "give a file of the recipes folder, relative to it, without .. "
+                    "(files/RECIPE/generation_config.json)",
+            "description": "The replacement: a file of the recipes folder, relative to it "
+                           "(`files/RECIPE/generation_config.json`).",
+        },
+        "sha256": {
+            "type": "str",
+            "pattern": _HEX64,
+            "hint": "give the 64 hex digits of sha256sum of the source file",
+            "description": "sha256 of `source`; the file is refused when it differs.",
+        },
+        "sha256_from": _from("sha256", "the sha256", "the 64 hex digits of sha256sum {source}"),
+    },
+}
 
 # The options of a Hugging Face repository pinned to a commit (the model, the draft model).
 _PINNED_REPO: Dict[str, Any] = {
@@ -56,13 +118,9 @@ _PINNED_REPO: Dict[str, Any] = {
         "description": "The full 40-character commit of the repository; a branch or tag is refused. "
                        "Set exactly one of `revision` and `revision_from`.",
     },
-    "revision_from": {
-        "type": "str",
-        "pattern": _VARIABLE,
-        "hint": _FROM_HINT,
-        "description": "Instead of `revision`: the name of an inventory variable that holds the commit. "
-                       "The resolved value is checked like `revision`.",
-    },
+    "revision_from": _from("revision", "the commit",
+                           'the full 40-character commit of {repo} (HfApi().model_info("{repo}").sha gives '
+                           "the newest)"),
 }
 
 # The schema. Keys of a field: type (str, int, number, bool, dict, list, raw),
@@ -71,7 +129,10 @@ _PINNED_REPO: Dict[str, Any] = {
 # (the fields of a mapping, or of each mapping of a list), values (type of the
 # values of a free mapping), one_of (groups of sibling fields of which exactly
 # one must be set), hint (how to fix a bad value; {value} is the value given),
-# description.
+# wants (for a KEY_from field: what the variable must hold, said when it is
+# missing), description. A field KEY_from beside a field KEY names the
+# inventory variable that holds KEY's value (see _from); at most one of the
+# two may be set.
 RECIPE_SPEC: Dict[str, Any] = {
     "type": "dict",
     "one_of": [["image", "image_from"]],
@@ -101,15 +162,10 @@ RECIPE_SPEC: Dict[str, Any] = {
             "description": "The engine's container image, pinned by digest: `REPO@sha256:<64 hex>`. "
                            "A tag alone is refused. Set exactly one of `image` and `image_from`.",
         },
-        "image_from": {
-            "type": "str",
-            "pattern": _VARIABLE,
-            "hint": _FROM_HINT,
-            "description": "Instead of `image`: the name of an inventory variable that holds the "
-                           "digest-pinned reference (for images built where the recipe is used, as in the "
-                           "lab). The caller passes the variable's value and the resolved value is "
-                           "checked like `image`.",
-        },
+        "image_from": _from("image", "the digest-pinned reference (for images built where the recipe is "
+                                     "used, as in the lab)",
+                            "the image pinned by digest, REPO@sha256:<64 hex> (docker buildx imagetools inspect "
+                            "IMAGE prints the digest)"),
         "model": {
             "type": "dict",
             "required": True,
@@ -137,6 +193,7 @@ RECIPE_SPEC: Dict[str, Any] = {
                     "hint": "give an absolute path without spaces",
                     "description": "Where the weights are mounted in the container; the engine loads from here.",
                 },
+                "file_overrides": _FILE_OVERRIDES,
             },
         },
         "draft_model": {
@@ -159,6 +216,8 @@ RECIPE_SPEC: Dict[str, Any] = {
                     "hint": "give an absolute path without spaces",
                     "description": "Where the draft weights are mounted in the container.",
                 },
+                "file_overrides": dict(_FILE_OVERRIDES, description="As `model.file_overrides`, over the "
+                                                                    "draft model's folder."),
             },
         },
         "parallel": {
@@ -304,6 +363,9 @@ RECIPE_SPEC: Dict[str, Any] = {
                 "patch": {
                     "type": "str",
                     "required": True,
+                    "pattern": _RELATIVE_PATH,
+                    "hint": "give the patch file relative to the recipes folder, without .. "
+                            "(patches/RECIPE/NAME.patch)",
                     "description": "The patch, relative to the recipes folder; applied with zero fuzz.",
                 },
                 "result_sha256": {
@@ -315,6 +377,10 @@ RECIPE_SPEC: Dict[str, Any] = {
                 },
             },
         },
+        "overlays_from": _from("overlays", "the list of overlays, each with the fields of `overlays[]` (for "
+                                           "patches published apart from the recipe)",
+                               "a list of overlays, each {path, original_sha256, patch, result_sha256} as "
+                               "recipes/README.md describes them, with each patch file put in the recipes folder"),
         "memory": {
             "type": "dict",
             "default": {},
@@ -496,6 +562,16 @@ RECIPE_SPEC: Dict[str, Any] = {
                 },
             },
         },
+        "supply": {
+            "type": "dict",
+            "values": "str",
+            "default": {},
+            "description": "Where the user finds each value or file the recipe's source does not publish: the name "
+                           "of an inventory variable a `*_from` field names, or a file of the recipes folder "
+                           "(`overlays[].patch`, `file_overrides[].source`), to one sentence. A deployment "
+                           "missing one is refused with every missing one listed, each with its sentence (see "
+                           "*Values the user supplies*).",
+        },
     },
 }
 
@@ -626,9 +702,7 @@ class _Checker:
         self.errors: List[str] = []
 
     def label(self, path: str) -> str:
-        if path in self.resolved:
-            return "%s (from the variable %s)" % (path, self.resolved[path])
-        return path
+        return _label(path, self.resolved)
 
     def error(self, path: str, value: Any, fix: str) -> None:
         self.errors.append(_message(self.name, self.label(path), value, fix))
@@ -670,6 +744,7 @@ class _Checker:
         item_spec["type"] = elements
         if "options" in spec:
             item_spec["options"] = spec["options"]
+            item_spec["one_of"] = spec.get("one_of", [])
         return [self.field(item_spec, item, "%s[%d]" % (path, i)) for i, item in enumerate(value)]
 
     def free_mapping(self, spec: Mapping[str, Any], value: Dict[Any, Any], path: str) -> Dict[Any, Any]:
@@ -695,6 +770,14 @@ class _Checker:
                 )
         for group in spec.get("one_of", []):
             self.one_of(group, value, path)
+        grouped = {key for group in spec.get("one_of", []) for key in group}
+        for key in options:
+            pair = [key, key + "_from"]
+            if pair[1] in options and key not in grouped:
+                given = [k for k in pair if value.get(k) is not None and _join(path, k) not in self.resolved]
+                if len(given) == 2:
+                    self.errors.append("recipe %s: %s and %s are both set; keep one of them."
+                                       % (self.name, _join(path, key), _join(path, pair[1])))
         out: Dict[str, Any] = {}
         for key, sub in options.items():
             here = _join(path, key)
@@ -732,44 +815,115 @@ class _Checker:
             )
 
 
+def _label(path: str, resolved: Mapping[str, str]) -> str:
+    """A field's path, naming the variable it (or the field holding it) came from."""
+    for source, variable in resolved.items():
+        if path == source or path.startswith(source + ".") or path.startswith(source + "["):
+            return "%s (from the variable %s)" % (path, variable)
+    return path
+
+
+def _fill(template: str, holder: Mapping[str, Any]) -> str:
+    """``{field}`` replaced by the string value of that field of ``holder``, or by `field`."""
+    def one(match: "re.Match[str]") -> str:
+        value = holder.get(match.group(1))
+        return value if isinstance(value, str) and value else match.group(1)
+    return re.sub(r"\{([a-z_]+)\}", one, template)
+
+
+def _from_pairs(spec: Mapping[str, Any]) -> List[Tuple[str, Mapping[str, Any]]]:
+    """(KEY, spec of KEY_from) for every KEY of a mapping spec that may come from a variable."""
+    options = spec.get("options") or {}
+    return [(key, options[key + "_from"]) for key in options if key + "_from" in options]
+
+
+_Visit = Callable[[Dict[str, Any], str, Mapping[str, Any], str], Dict[str, Any]]
+
+
+def _walk_from(data: Any, spec: Mapping[str, Any], path: str, visit: _Visit) -> Any:
+    """Call ``visit(holder, key, from_spec, path)`` for every KEY_from of ``data``; rebuild the mappings.
+
+    ``visit`` returns the holder to go on with (a copy with KEY filled, say).
+    Sub-mappings and mappings in lists are walked after their parent's own
+    KEY_from fields, so that a list taken from a variable is walked too.
+    """
+    if not isinstance(data, dict) or "options" not in spec:
+        return data
+    holder = dict(data)
+    for key, from_spec in _from_pairs(spec):
+        holder = visit(holder, key, from_spec, path)
+    for key, sub in spec["options"].items():
+        value = holder.get(key)
+        here = _join(path, key)
+        if sub.get("type") == "dict" and isinstance(value, dict):
+            holder[key] = _walk_from(value, sub, here, visit)
+        elif sub.get("type") == "list" and "options" in sub and isinstance(value, list):
+            item_spec = dict(sub, type="dict")
+            holder[key] = [_walk_from(item, item_spec, "%s[%d]" % (here, i), visit) for i, item in enumerate(value)]
+    return holder
+
+
+def variables_named(data: Any) -> List[str]:
+    """The inventory variables a loaded recipe's ``*_from`` fields name, in file order, each once.
+
+    The caller passes their values as ``variables`` to validate_recipe (the
+    recipe role takes exactly these from the inventory).
+    """
+    names: List[str] = []
+
+    def visit(holder: Dict[str, Any], key: str, from_spec: Mapping[str, Any], path: str) -> Dict[str, Any]:
+        variable = holder.get(key + "_from")
+        if isinstance(variable, str) and re.match(_VARIABLE, variable) and variable not in names:
+            names.append(variable)
+        return holder
+
+    _walk_from(data, RECIPE_SPEC, "", visit)
+    return names
+
+
+def _supply_of(data: Mapping[str, Any]) -> Dict[str, str]:
+    supply = data.get("supply") if isinstance(data, Mapping) else None
+    if not isinstance(supply, dict):
+        return {}
+    return {k: v.strip() for k, v in supply.items() if isinstance(k, str) and isinstance(v, str) and v.strip()}
+
+
 def _resolve(data: Dict[str, Any], name: str, variables: Mapping[str, Any],
              errors: List[str]) -> Tuple[Dict[str, Any], Dict[str, str]]:
-    """Fill image from image_from and revision from revision_from."""
-    data = dict(data)
+    """Fill every KEY from its KEY_from variable; report each variable that is not set."""
     resolved: Dict[str, str] = {}
-    targets = [((), "image")]
-    for section in ("model", "draft_model"):
-        if isinstance(data.get(section), dict):
-            data[section] = dict(data[section])
-            targets.append(((section,), "revision"))
-    for parents, key in targets:
-        holder = data
-        for parent in parents:
-            holder = holder[parent]
+    supply = _supply_of(data)
+
+    def visit(holder: Dict[str, Any], key: str, from_spec: Mapping[str, Any], path: str) -> Dict[str, Any]:
         variable = holder.get(key + "_from")
         if not isinstance(variable, str) or not re.match(_VARIABLE, variable) or holder.get(key) is not None:
-            continue  # a bad or doubled *_from is reported by the schema check
-        path = ".".join(parents + (key + "_from",))
-        if variable not in variables or variables[variable] is None:
-            errors.append(
-                "recipe %s: %s names the variable %s, which is not defined; define it in the inventory "
-                "(group_vars) or pass it to the caller's variables." % (name, path, variable)
-            )
-            continue
-        holder[key] = variables[variable]
-        resolved[".".join(parents + (key,))] = variable
-    return data, resolved
+            return holder  # a bad or doubled KEY_from is reported by the schema check
+        if variables.get(variable) is None:
+            wants = supply.get(variable) or _fill(from_spec.get("wants", "its value"), holder)
+            errors.append("recipe %s: %s names the inventory variable %s, which is not set; set it to %s."
+                          % (name, _join(path, key + "_from"), variable, wants.rstrip(".")))
+            return holder
+        holder[key] = copy.deepcopy(variables[variable])
+        resolved[_join(path, key)] = variable
+        return holder
+
+    return _walk_from(data, RECIPE_SPEC, "", visit), resolved
 
 
 # ---------------------------------------------------------------- public API
 
 def validate_recipe(data: Dict[str, Any], name: str,
-                    variables: Optional[Mapping[str, Any]] = None) -> Tuple[Dict[str, Any], List[str]]:
+                    variables: Optional[Mapping[str, Any]] = None,
+                    recipes_dir: Optional[str] = None) -> Tuple[Dict[str, Any], List[str]]:
     """Check a loaded recipe; return it with defaults filled, and every problem found.
 
-    ``variables`` resolves ``image_from`` and ``*.revision_from``: each names a
-    variable whose value is put in ``image`` or ``revision`` and checked like
-    it. Without ``variables`` the ``*_from`` keys are only checked for form.
+    ``variables`` resolves every ``*_from`` field (``image_from``,
+    ``model.revision_from``, ``overlays_from``, ...): each names a variable
+    whose value is put in the field beside it and checked like it; a variable
+    that is not set is reported, with what to set it to. Without ``variables``
+    the ``*_from`` fields are only checked for form. With ``recipes_dir`` the
+    files the recipe names (``overlays[].patch``, ``file_overrides[].source``)
+    must be in that folder, and each override must have its sha256.
     """
     errors: List[str] = []
     if not isinstance(data, dict):
@@ -780,8 +934,57 @@ def validate_recipe(data: Dict[str, Any], name: str,
     checker = _Checker(name, resolved)
     recipe = checker.mapping(RECIPE_SPEC, data, "")
     errors.extend(checker.errors)
-    errors.extend(_cross_checks(recipe, name))
+    errors.extend(_cross_checks(recipe, name, data))
+    if recipes_dir is not None:
+        errors.extend(_file_checks(recipe, name, recipes_dir, resolved))
     return recipe, errors
+
+
+def _named_files(recipe: Mapping[str, Any]) -> List[Tuple[str, Any, Optional[Any]]]:
+    """(path of the field, file named, expected sha256 or None) of every file of the recipes folder."""
+    files: List[Tuple[str, Any, Optional[Any]]] = []
+    overlays = recipe.get("overlays") if isinstance(recipe, Mapping) else None
+    for i, overlay in enumerate(overlays if isinstance(overlays, list) else []):
+        if isinstance(overlay, dict):
+            files.append(("overlays[%d].patch" % i, overlay.get("patch"), None))
+    for section in ("model", "draft_model"):
+        overrides = _section(recipe, section).get("file_overrides")
+        for i, item in enumerate(overrides if isinstance(overrides, list) else []):
+            if isinstance(item, dict):
+                files.append(("%s.file_overrides[%d].source" % (section, i), item.get("source"), item.get("sha256")))
+    return files
+
+
+def _sha256_file(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 16), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _file_checks(recipe: Dict[str, Any], name: str, recipes_dir: str, resolved: Mapping[str, str]) -> List[str]:
+    """Every file the recipe names is in the recipes folder, with its sha256 where one is given."""
+    errors: List[str] = []
+    supply = _section(recipe, "supply")
+    for path, rel, sha256 in _named_files(recipe):
+        if not isinstance(rel, str) or not re.match(_RELATIVE_PATH, rel):
+            continue  # reported by the schema check
+        full = os.path.join(recipes_dir, rel)
+        if not os.path.isfile(full):
+            where = supply.get(rel) if isinstance(supply.get(rel), str) else ""
+            errors.append("recipe %s: %s names %s, which is not in the recipes folder (%s); put the file there%s."
+                          % (name, _label(path, resolved), _show(rel), recipes_dir,
+                             (": " + where.strip().rstrip(".")) if where.strip() else ""))
+            continue
+        if isinstance(sha256, str) and re.match(_HEX64, sha256):
+            actual = _sha256_file(full)
+            if actual != sha256:
+                errors.append("recipe %s: %s names %s, whose sha256 is %s, not the %s given in %s; put the right "
+                              "file there or correct the hash."
+                              % (name, _label(path, resolved), _show(rel), actual, sha256,
+                                 _label(path.rsplit(".", 1)[0] + ".sha256", resolved)))
+    return errors
 
 
 def _section(recipe: Mapping[str, Any], key: str) -> Dict[str, Any]:
@@ -789,7 +992,7 @@ def _section(recipe: Mapping[str, Any], key: str) -> Dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _cross_checks(recipe: Dict[str, Any], name: str) -> List[str]:
+def _cross_checks(recipe: Dict[str, Any], name: str, data: Mapping[str, Any]) -> List[str]:
     errors: List[str] = []
     if isinstance(recipe.get("name"), str) and recipe["name"] != name:
         errors.append(_message(name, "name", recipe["name"],
@@ -860,6 +1063,9 @@ def _cross_checks(recipe: Dict[str, Any], name: str) -> List[str]:
                                        "and does not start with a digit"))
 
     kv = _section(recipe, "kv_cache")
+    if engine == "sglang" and kv.get("dtype") == "fp8":
+        errors.append(_message(name, "kv_cache.dtype", kv["dtype"],
+                               "SGLang names the FP8 formats fp8_e4m3 and fp8_e5m2; give one of them"))
     if engine == "sglang" and kv.get("memory_gib_per_rank") is not None:
         errors.append(_message(name, "kv_cache.memory_gib_per_rank", kv["memory_gib_per_rank"],
                                "SGLang has no flag for a KV cache size in bytes; remove it and size the pool "
@@ -878,6 +1084,47 @@ def _cross_checks(recipe: Dict[str, Any], name: str) -> List[str]:
     if draft and draft.get("path_in_container") and draft.get("path_in_container") == model.get("path_in_container"):
         errors.append(_message(name, "draft_model.path_in_container", draft["path_in_container"],
                                "it is model.path_in_container too; mount the draft somewhere else"))
+    for section, part in (("model", model), ("draft_model", draft)):
+        errors.extend(_check_file_overrides(name, section, part.get("file_overrides")))
+    errors.extend(_check_supply(recipe, name, data))
+    return errors
+
+
+def _check_file_overrides(name: str, section: str, overrides: Any) -> List[str]:
+    errors: List[str] = []
+    seen: Dict[str, str] = {}
+    for i, item in enumerate(overrides if isinstance(overrides, list) else []):
+        target = item.get("path") if isinstance(item, dict) else None
+        if not isinstance(target, str) or not re.match(_RELATIVE_PATH, target):
+            continue
+        path = "%s.file_overrides[%d].path" % (section, i)
+        norm = "/".join(part for part in target.split("/") if part not in ("", "."))
+        if norm.lower().endswith(_SHARD_SUFFIXES):
+            errors.append(_message(name, path, target, "weight shards are never replaced; override only small "
+                                                       "files such as generation_config.json"))
+        elif norm in seen:
+            errors.append(_message(name, path, target, "it is already %s; override each file once" % seen[norm]))
+        else:
+            seen[norm] = path
+    return errors
+
+
+def _check_supply(recipe: Mapping[str, Any], name: str, data: Mapping[str, Any]) -> List[str]:
+    """Every entry of supply names a variable of a *_from field or a file of the recipe."""
+    supply = recipe.get("supply")
+    if not isinstance(supply, dict):
+        return []
+    known = set(variables_named(data)) | {rel for _, rel, _ in _named_files(recipe) if isinstance(rel, str)}
+    errors: List[str] = []
+    for key, text in supply.items():
+        if not isinstance(key, str):
+            continue
+        if key not in known:
+            errors.append(_message(name, "supply key", key,
+                                   "it names no variable of a *_from field and no file of the recipe; "
+                                   "name one of: %s" % (", ".join(sorted(known)) or "none (remove supply)")))
+        elif isinstance(text, str) and not text.strip():
+            errors.append(_message(name, "supply.%s" % key, text, "say where the user finds the value"))
     return errors
 
 
@@ -1053,7 +1300,49 @@ def render_rank(recipe: Dict[str, Any], deployment: str, rank: int, world_size: 
 
     ports = [launch["api_port"], launch["master_port"]] if head else []
     ports += list(launch.get("extra_ports") or [])
-    return {"container_name": container_name, "argv": argv, "env": env, "ports": ports}
+    return {"container_name": container_name, "argv": argv, "env": env, "ports": ports,
+            "mounts": render_mounts(recipe), "endpoints": engine_endpoints(recipe) if head else {}}
+
+
+def render_mounts(recipe: Dict[str, Any]) -> List[Dict[str, str]]:
+    """The read-only file mounts of every rank: each ``file_overrides`` entry of the model and the draft.
+
+    ``source_rel`` is relative to the recipes folder, ``target`` the path in
+    the container (over the mounted model folder), ``sha256`` what the source
+    must hash to when it is mounted.
+    """
+    mounts: List[Dict[str, str]] = []
+    for section in ("model", "draft_model"):
+        part = recipe.get(section) or {}
+        for i, item in enumerate(part.get("file_overrides") or []):
+            if not isinstance(item.get("sha256"), str):
+                raise ValueError("%s.file_overrides[%d].sha256 is not resolved; validate the recipe with the value "
+                                 "of %s first" % (section, i, _show(item.get("sha256_from"))))
+            target = posixpath.normpath(posixpath.join(part["path_in_container"], item["path"]))
+            mounts.append({"source_rel": item["source"], "target": target, "sha256": item["sha256"]})
+    return mounts
+
+
+# The head's HTTP paths per engine: liveness, the model list, Prometheus metrics.
+ENGINE_ENDPOINTS: Dict[str, Dict[str, str]] = {
+    "vllm": {"health": "/health", "models": "/v1/models", "metrics": "/metrics"},
+    "sglang": {"health": "/health", "models": "/v1/models", "metrics": "/metrics"},
+}
+
+
+def engine_endpoints(recipe: Mapping[str, Any]) -> Dict[str, Optional[str]]:
+    """The head's health, models and metrics paths; metrics is None where the engine does not serve them.
+
+    SGLang serves /metrics only when started with --enable-metrics.
+    """
+    engine = recipe.get("engine")
+    endpoints: Dict[str, Optional[str]] = dict(ENGINE_ENDPOINTS.get(engine, ENGINE_ENDPOINTS["vllm"]))
+    if engine == "sglang":
+        args = recipe.get("engine_args") or {}
+        enabled = any(k.replace("_", "-") == "enable-metrics" and v is True for k, v in args.items())
+        if not enabled:
+            endpoints["metrics"] = None
+    return endpoints
 
 
 # ---------------------------------------------------------------- documentation
@@ -1089,8 +1378,10 @@ def _doc_rows(options: Mapping[str, Any], prefix: str) -> List[str]:
             notes.append("From %s to %s." % (low, high))
         elif low is not None:
             notes.append("At least %s." % low)
+        base = path + ("[]" if spec.get("type") == "list" else "")
         for group in spec.get("one_of", []):
-            notes.append("Exactly one of %s." % ", ".join("`%s.%s`" % (path, k) for k in group))
+            notes.append("Exactly one of %s%s." % (", ".join("`%s.%s`" % (base, k) for k in group),
+                                                   " in each" if spec.get("type") == "list" else ""))
         text = " ".join(n for n in notes if n).replace("|", "\\|")
         rows.append("| `%s` | %s | %s | %s |" % (path, _doc_type(spec), need, text))
         if "options" in spec:
@@ -1130,10 +1421,31 @@ Vault variable `weights_hf_token` or the environment variable `HF_TOKEN`.
 
 `image` must be `REPO@sha256:<64 hex>` and `model.revision` a full
 40-character commit. Where the value is only known where the recipe is used
-(the lab builds its own image and model), write `image_from` or
-`revision_from` instead: the name of an inventory variable holding the value.
-The caller resolves it and the value is checked as if it were written in the
-recipe.
+(the lab builds its own image and model) or is not published with the
+recipe's source, write the field's `_from` twin instead: `image_from`,
+`revision_from`, `overlays_from`, `file_overrides[].sha256_from`, each the
+name of an inventory variable holding the value. The caller resolves it and
+the value is checked as if it were written in the recipe; the recipe role
+passes exactly the variables these fields name (`variables_named()`).
+
+## Values the user supplies
+
+What a recipe's source does not publish (a commit, an image digest, a patch,
+a hash) is never guessed: the recipe names an inventory variable for it (a
+`*_from` field) or a file of the recipes folder, says so in a comment, and
+tells in `supply` where the user finds it. Until each is there the
+deployment is refused, every missing value at once, each naming the field
+and where to find the value:
+
+```
+recipe glm53-nvfp4-dflash2-tp4: model.revision_from names the inventory variable glm53_nvfp4_revision, which is not set; set it to the full 40-character commit of zai-org/GLM-5.3-Flash-NVFP4 you deploy; seed 000 names no commit (HfApi().model_info("zai-org/GLM-5.3-Flash-NVFP4").sha gives the newest).
+recipe glm53-fp4local-mtp-tp2: model.file_overrides[0].source names "files/glm53-fp4local-mtp-tp2/generation_config.json", which is not in the recipes folder (recipes); put the file there: model/generation_config.json of DevelopingDad/GLM-5.3-Flash-FP4-Local-DGX-Spark-Optimized (...), the upstream file with terminal EOS id 154828 added; NVIDIA Open Model Agreement.
+```
+
+A variable without a `supply` sentence is refused with what the field must
+hold. Files are checked when the caller gives the recipes folder: each
+`overlays[].patch` and `file_overrides[].source` must be there, and an
+override's file must hash to its `sha256`.
 
 ## Fields
 
@@ -1162,7 +1474,25 @@ command, then the KV cache flags, then `engine_args`:
   `--kv-cache-dtype`, `--page-size`.
 
 HEAD is the head's fabric address. Rank 0 listens on `api_port`,
-`master_port` and `extra_ports`; the other ranks on `extra_ports`.
+`master_port` and `extra_ports`; the other ranks on `extra_ports`. SGLang
+starts the same command on every rank; only rank 0 serves HTTP.
+
+## Mounts
+
+Every rank gets, besides the model (and draft) folder, one read-only file
+mount per `file_overrides` entry: the render's `mounts` lists each as
+`source_rel` (relative to the recipes folder), `target`
+(`path_in_container/path`) and `sha256`. The shards are never replaced.
+
+## Readiness and metrics per engine
+
+The render's `endpoints` (rank 0 only) gives the head's HTTP paths. Both
+engines answer `GET /health` (200 once serving; vLLM 503 on
+EngineDeadError), `GET /v1/models` and the OpenAI completions; readiness
+needs a real one-token completion on both, as `/v1/models` answers while
+the engine is dead. `GET /metrics` is always there on vLLM (`vllm:*`
+series); SGLang serves it (`sglang:*` series) only with `engine_args`
+`enable-metrics: true`, and `endpoints.metrics` is null without it.
 
 The environment of a rank is, each winning over the one before: for vLLM
 `VLLM_ENGINE_READY_TIMEOUT_S` set to `readiness.timeout_s`; the recipe's

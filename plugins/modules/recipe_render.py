@@ -59,11 +59,17 @@ options:
     default: false
   variables:
     description:
-      - Values of the variables the recipe names in C(image_from), C(model.revision_from) and
-        C(draft_model.revision_from), by variable name.
-      - A named variable missing here is an error.
+      - Values of the variables the recipe's C(*_from) fields name (C(image_from), C(model.revision_from),
+        C(overlays_from), C(model.file_overrides[].sha256_from), ...), by variable name.
+      - A named variable missing here is an error, reported with what to set it to and where to find it (the
+        recipe's C(supply)); every missing one is reported at once.
     type: dict
     default: {}
+  recipe_dir:
+    description:
+      - The recipes folder. When given, every file the recipe names there (C(overlays[].patch),
+        C(file_overrides[].source)) must exist, and each override must have its C(sha256).
+    type: path
 attributes:
   check_mode:
     support: full
@@ -108,6 +114,7 @@ EXAMPLES = r"""
     variables:
       lab_engine_image: "{{ lab_engine_image }}"
       lab_model_revision: "{{ lab_model_revision }}"
+    recipe_dir: "{{ playbook_dir }}/../recipes"
   delegate_to: localhost
   register: __recipe_rank
 """
@@ -140,6 +147,17 @@ ranks:
       description: TCP ports the rank listens on (rank 0 the API, master and extra ports; others the extra ports).
       type: list
       elements: int
+    mounts:
+      description:
+        - Read-only file mounts of the rank, one per C(file_overrides) entry of the model and the draft model,
+          each C(source_rel) (relative to the recipes folder), C(target) (path in the container) and C(sha256).
+      type: list
+      elements: dict
+    endpoints:
+      description:
+        - On rank 0, the head's HTTP paths C(health), C(models) and C(metrics) (null where the engine serves no
+          metrics, SGLang without C(enable-metrics)); empty on the other ranks.
+      type: dict
 errors:
   description: Every problem found, one message each; the failure message joins them with newlines.
   returned: failure
@@ -175,6 +193,7 @@ def main() -> None:
             },
             "hf_token_present": {"type": "bool", "default": False},
             "variables": {"type": "dict", "default": {}},
+            "recipe_dir": {"type": "path"},
         },
         supports_check_mode=True,
     )
@@ -182,7 +201,8 @@ def main() -> None:
     name = params["name"]
     world_size = params["world_size"]
 
-    recipe, errors = validate_recipe(params["recipe"], name, variables=params["variables"])
+    recipe, errors = validate_recipe(params["recipe"], name, variables=params["variables"],
+                                     recipes_dir=params["recipe_dir"])
     errors += validate_for_cluster(recipe, name, world_size, params["hf_token_present"])
     seen = set()
     for entry in params["ranks"]:

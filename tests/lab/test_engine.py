@@ -27,6 +27,7 @@ from vllm_double import VERSION, cli, generation, weights  # noqa: E402
 from vllm_double.knobs import KnobError, Knobs, read_knobs  # noqa: E402
 from vllm_double.metrics import Metrics  # noqa: E402
 from vllm_double.openai_api import ApiError, parse_request  # noqa: E402
+from sglang import launch_server  # noqa: E402 (the double's SGLang command line)
 
 VLLM = ENGINE / "bin/vllm"
 MIB = 1024 * 1024
@@ -122,16 +123,26 @@ def test_the_lab_recipes_render_command_lines_the_double_accepts() -> None:
 
     variables = {"lab_engine_image": "registry:5000/sparkserve/engine@sha256:" + "0a" * 32,
                  "lab_model_revision": "1b" * 20}
+    engines = set()
     for path in sorted((ROOT / "recipes").glob("lab-*.yml")):
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
         recipe, errors = rc.validate_recipe(data, path.stem, variables=variables)
         assert errors == []
+        engines.add(recipe["engine"])
         nodes = recipe["parallel"]["tensor"] * recipe["parallel"]["pipeline"]
         for rank in range(nodes):
             argv = rc.render_rank(recipe, path.stem, rank, nodes, "10.77.1.11", {})["argv"]
-            assert argv[:2] == ["vllm", "serve"]
-            args = cli.parse_args(argv[1:])
-            assert cli.check_args(args) == [], (path.name, rank, argv)
+            if recipe["engine"] == "sglang":
+                assert argv[:3] == ["python3", "-m", "sglang.launch_server"]
+                args, problems, _ = launch_server.parse_args(argv[3:])
+                assert problems == [], (path.name, rank, argv)
+            else:
+                assert argv[:2] == ["vllm", "serve"]
+                args = cli.parse_args(argv[1:])
+                assert cli.check_args(args) == [], (path.name, rank, argv)
+            assert args.node_rank == rank and args.nnodes == nodes and args.master_addr == "10.77.1.11"
+            assert args.served_name == recipe["model"]["served_name"]
+    assert engines == {"vllm", "sglang"}
 
 
 def test_readme_documents_every_flag_and_knob() -> None:

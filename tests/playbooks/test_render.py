@@ -44,6 +44,8 @@ def cluster_file(tmp_path: Path, nodes: int = 2, recipe: str = "lab-tp2", mtu: i
         "vars:",
         f"  lab_engine_image: sparkserve-lab-registry:5000/sparkserve/engine@{DIGEST}",
         f"  lab_model_revision: '{REVISION}'",
+        # The lab model is gated: a token must be configured (never shown).
+        "  weights_hf_token: test-token-not-shown",
     ]
     path = tmp_path / "cluster.sparks.yml"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -74,6 +76,7 @@ def test_render_shows_every_rank(tmp_path: Path) -> None:
     assert "--node-rank 1 --master-addr 10.77.1.1 --master-port 29501 --headless" in out
     assert "VLLM_HOST_IP=10.77.1.2" in out and "NCCL_IB_HCA=rocep1s0f1,roceP2p1s0f1" in out
     assert "changed=0" in out and "unreachable=0" in out
+    assert "test-token-not-shown" not in done.stdout + done.stderr
 
 
 def test_render_touches_no_host_in_check_mode(tmp_path: Path) -> None:

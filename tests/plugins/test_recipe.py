@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -110,7 +111,7 @@ def test_optional_sections_are_accepted() -> None:
         launch={"memory_limit": "110g", "extra_ports": [30000]},
     ))
     assert recipe["draft_model"] == {"repo": "org/draft", "revision": COMMIT, "revision_from": None,
-                                     "gated": False, "path_in_container": "/models/draft"}
+                                     "gated": False, "path_in_container": "/models/draft", "file_overrides": []}
     assert recipe["bench"]["gates"]["throughput_floor"] == 0.98
 
 
@@ -344,8 +345,8 @@ def test_from_keys_name_a_missing_variable() -> None:
     data = base(image_from="engine_image")
     del data["image"]
     assert one_error(data, variables={}) == (
-        "recipe t: image_from names the variable engine_image, which is not defined; define it in the "
-        "inventory (group_vars) or pass it to the caller's variables.")
+        "recipe t: image_from names the inventory variable engine_image, which is not set; set it to the image "
+        "pinned by digest, REPO@sha256:<64 hex> (docker buildx imagetools inspect IMAGE prints the digest).")
 
 
 def test_from_keys_without_variables_are_checked_for_form_only() -> None:
@@ -354,6 +355,126 @@ def test_from_keys_without_variables_are_checked_for_form_only() -> None:
     assert valid(data)["image"] is None
     data["image_from"] = "not a name"
     assert 'image_from is "not a name"; give the name of an inventory variable' in one_error(data)
+
+
+def test_every_from_field_resolves_and_every_missing_one_is_listed_at_once() -> None:
+    overlay = {"path": "/a.py", "original_sha256": "a" * 64, "patch": "p/a.diff", "result_sha256": "b" * 64}
+    data = base(overlays_from="my_overlays",
+                model={"repo": "org/model", "revision_from": "model_rev", "served_name": "m",
+                       "file_overrides": [{"path": "generation_config.json", "source": "files/t/g.json",
+                                           "sha256_from": "g_sha"}]})
+    variables = {"my_overlays": [overlay], "model_rev": COMMIT, "g_sha": "c" * 64}
+    recipe = valid(data, variables=variables)
+    assert recipe["overlays"] == [overlay] and recipe["overlays_from"] == "my_overlays"
+    assert recipe["model"]["file_overrides"][0]["sha256"] == "c" * 64
+    assert rc.variables_named(data) == ["my_overlays", "model_rev", "g_sha"]
+    errors = errors_of(data, variables={"model_rev": None})
+    assert errors == [
+        "recipe t: overlays_from names the inventory variable my_overlays, which is not set; set it to a list of "
+        "overlays, each {path, original_sha256, patch, result_sha256} as recipes/README.md describes them, with "
+        "each patch file put in the recipes folder.",
+        "recipe t: model.revision_from names the inventory variable model_rev, which is not set; set it to the full "
+        '40-character commit of org/model (HfApi().model_info("org/model").sha gives the newest).',
+        "recipe t: model.file_overrides[0].sha256_from names the inventory variable g_sha, which is not set; set it "
+        "to the 64 hex digits of sha256sum files/t/g.json.",
+    ]
+
+
+def test_supply_says_where_to_find_a_missing_value() -> None:
+    data = base(image_from="engine_image", supply={"engine_image": "the digest of org/engine:v8 (see its README)"})
+    del data["image"]
+    assert one_error(data, variables={}) == (
+        "recipe t: image_from names the inventory variable engine_image, which is not set; set it to the digest of "
+        "org/engine:v8 (see its README).")
+
+
+def test_supply_must_name_a_variable_or_a_file_of_the_recipe() -> None:
+    message = one_error(base(supply={"nobody": "x"}))
+    assert message == ('recipe t: supply key is "nobody"; it names no variable of a *_from field and no file of '
+                       "the recipe; name one of: none (remove supply).")
+    overlay = {"path": "/a.py", "original_sha256": "a" * 64, "patch": "p/a.diff", "result_sha256": "b" * 64}
+    valid(base(overlays=[overlay], supply={"p/a.diff": "the release's diff"}))
+
+
+def test_an_overlay_patch_stays_in_the_recipes_folder() -> None:
+    for patch in ("../../etc/x.patch", "/tmp/x.patch"):
+        overlay = {"path": "/a.py", "original_sha256": "a" * 64, "patch": patch, "result_sha256": "b" * 64}
+        assert one_error(base(overlays=[overlay])) == (
+            'recipe t: overlays[0].patch is "%s"; give the patch file relative to the recipes folder, without .. '
+            "(patches/RECIPE/NAME.patch)." % patch)
+
+
+def test_a_value_and_its_from_twin_are_not_both_set() -> None:
+    overlay = {"path": "/a.py", "original_sha256": "a" * 64, "patch": "p/a.diff", "result_sha256": "b" * 64}
+    assert one_error(base(overlays=[overlay], overlays_from="x")) == (
+        "recipe t: overlays and overlays_from are both set; keep one of them.")
+
+
+def test_resolved_list_items_are_checked_and_labelled_with_their_variable() -> None:
+    bad = {"path": "a.py", "original_sha256": "a" * 64, "patch": "p/a.diff", "result_sha256": "b" * 64}
+    message = one_error(base(overlays_from="ov"), variables={"ov": [bad]})
+    assert message.startswith('recipe t: overlays[0].path (from the variable ov) is "a.py"; give the absolute path')
+
+
+def override(**changes: Any) -> dict[str, Any]:
+    item = {"path": "generation_config.json", "source": "files/t/generation_config.json", "sha256": "c" * 64}
+    item.update(changes)
+    return item
+
+
+def test_file_overrides_are_checked() -> None:
+    def model(*items: dict[str, Any]) -> dict[str, Any]:
+        return base(model={"repo": "org/model", "revision": COMMIT, "served_name": "m", "file_overrides": list(items)})
+
+    valid(model(override(), override(path="tokenizer_config.json")))
+    assert "give the file's path relative to the model folder" in one_error(model(override(path="/etc/passwd")))
+    assert "without .." in one_error(model(override(path="../x/config.json")))
+    assert "without .." in one_error(model(override(source="../../etc/passwd")))
+    assert "weight shards are never replaced" in one_error(model(override(path="model-00001-of-00002.safetensors")))
+    assert "it is already model.file_overrides[0].path" in one_error(model(override(), override(path="./generation_config.json")))
+    assert one_error(model(override(sha256=None))) == (
+        "recipe t: model.file_overrides[0].sha256 is missing; set model.file_overrides[0].sha256, or "
+        "model.file_overrides[0].sha256_from to the name of an inventory variable that holds it.")
+    assert "give the 64 hex digits" in one_error(model(override(sha256="abc")))
+    draft = base(draft_model={"repo": "org/d", "revision": COMMIT, "file_overrides": [override(path="x.bin")]})
+    assert "draft_model.file_overrides[0].path" in one_error(draft)
+
+
+def test_recipes_dir_checks_named_files_and_override_hashes(tmp_path: Path) -> None:
+    (tmp_path / "files/t").mkdir(parents=True)
+    content = b'{"eos_token_id": [2, 3]}\n'
+    (tmp_path / "files/t/generation_config.json").write_bytes(content)
+    digest = hashlib.sha256(content).hexdigest()
+    overlay = {"path": "/a.py", "original_sha256": "a" * 64, "patch": "patches/t/a.diff", "result_sha256": "b" * 64}
+    data = base(overlays=[overlay], supply={"patches/t/a.diff": "the release's first diff"},
+                model={"repo": "org/model", "revision": COMMIT, "served_name": "m",
+                       "file_overrides": [override(sha256=digest)]})
+    assert errors_of(data, recipes_dir=str(tmp_path)) == [
+        'recipe t: overlays[0].patch names "patches/t/a.diff", which is not in the recipes folder (%s); put the '
+        "file there: the release's first diff." % tmp_path]
+    (tmp_path / "patches/t").mkdir(parents=True)
+    (tmp_path / "patches/t/a.diff").write_text("--- a\n+++ b\n", encoding="utf-8")
+    assert errors_of(data, recipes_dir=str(tmp_path)) == []
+    data["model"]["file_overrides"][0]["sha256"] = "d" * 64
+    assert errors_of(data, recipes_dir=str(tmp_path)) == [
+        'recipe t: model.file_overrides[0].source names "files/t/generation_config.json", whose sha256 is %s, not '
+        "the %s given in model.file_overrides[0].sha256; put the right file there or correct the hash."
+        % (digest, "d" * 64)]
+
+
+def test_sglang_names_its_fp8_kv_formats() -> None:
+    assert one_error(base(engine="sglang", kv_cache={"dtype": "fp8"})) == (
+        'recipe t: kv_cache.dtype is "fp8"; SGLang names the FP8 formats fp8_e4m3 and fp8_e5m2; give one of them.')
+    valid(base(engine="sglang", kv_cache={"dtype": "fp8_e4m3"}))
+
+
+def test_recipe_variables_filter() -> None:
+    from ansible_collections.sparkserve.deploy.plugins.filter import recipe_variables as rf
+
+    data = yaml.safe_load((RECIPES / "lab-tp2.yml").read_text(encoding="utf-8"))
+    assert rf.FilterModule().filters()["recipe_variables"](data) == ["lab_engine_image", "lab_model_revision"]
+    assert rf.recipe_variables("not a recipe") == []
+    yaml.safe_load(rf.DOCUMENTATION)
 
 
 # ------------------------------------------------------------ validate_for_cluster
@@ -528,6 +649,34 @@ def test_render_refuses_bad_arguments(rank: int, world: int, deployment: str, he
         rc.render_rank(valid(base()), deployment, rank, world, head, {})
 
 
+def test_file_overrides_render_as_read_only_mounts_on_every_rank() -> None:
+    data = base(model={"repo": "org/model", "revision": COMMIT, "served_name": "m",
+                       "file_overrides": [override(path="./generation_config.json")]},
+                draft_model={"repo": "org/d", "revision": COMMIT, "path_in_container": "/models/d",
+                             "file_overrides": [override(path="sub/config.json", source="files/t/d.json")]})
+    for rank in (0, 1):
+        assert rendered(data, rank)["mounts"] == [
+            {"source_rel": "files/t/generation_config.json", "target": "/models/m/generation_config.json",
+             "sha256": "c" * 64},
+            {"source_rel": "files/t/d.json", "target": "/models/d/sub/config.json", "sha256": "c" * 64},
+        ]
+    assert rendered(base(), 0)["mounts"] == []
+
+
+def test_endpoints_per_engine() -> None:
+    assert rendered(base(), 0)["endpoints"] == {"health": "/health", "models": "/v1/models", "metrics": "/metrics"}
+    assert rendered(base(), 1)["endpoints"] == {}
+    sglang = rendered(base(engine="sglang"), 0)["endpoints"]
+    assert sglang == {"health": "/health", "models": "/v1/models", "metrics": None}
+    assert rendered(base(engine="sglang", engine_args={"enable-metrics": True}), 0)["endpoints"]["metrics"] == "/metrics"
+
+
+def test_sglang_ranks_take_the_fabric_host_ip() -> None:
+    fabric = {"SGLANG_HOST_IP": "10.77.1.12", "NCCL_SOCKET_IFNAME": "enp1s0f1np1"}
+    out = rendered(base(engine="sglang"), 1, fabric=fabric)
+    assert out["env"] == fabric and out["ports"] == []
+
+
 def test_render_output_is_json_serialisable() -> None:
     json.dumps(rendered(base(), 0))
 
@@ -545,8 +694,10 @@ def test_lab_recipes_validate_with_sample_variables(name: str, nodes: int, order
     assert recipe["launch"]["master_port"] == 29501
     assert recipe["readiness"]["timeout_s"] == 300 and recipe["readiness"]["canary_prompt"]
     assert recipe["memory"]["min_available_gib"] == 1
-    assert rc.validate_for_cluster(recipe, name, nodes, False) == []
-    assert rc.validate_for_cluster(recipe, name, nodes + 1, False)
+    # The lab's tiny model is gated on the lab's hub double, which gives the token.
+    assert rc.validate_for_cluster(recipe, name, nodes, True) == []
+    assert rc.validate_for_cluster(recipe, name, nodes + 1, True)
+    assert rc.validate_recipe(data, name, variables=LAB_VARIABLES, recipes_dir=str(RECIPES))[1] == []
     for rank in range(nodes):
         out = rc.render_rank(recipe, name, rank, nodes, "10.77.1.11", {"VLLM_HOST_IP": f"10.77.1.1{rank + 1}"})
         assert out["argv"][:3] == ["vllm", "serve", "/models/tiny-model"]
@@ -578,13 +729,14 @@ def test_readme_names_every_field() -> None:
     walk(rc.RECIPE_SCHEMA, "")
     assert set(rc.RECIPE_SCHEMA) == {
         "name", "description", "engine", "image", "image_from", "model", "draft_model", "parallel", "launch",
-        "engine_args", "env", "kv_cache", "overlays", "memory", "fabric", "readiness", "host", "bench",
+        "engine_args", "env", "kv_cache", "overlays", "overlays_from", "memory", "fabric", "readiness", "host",
+        "bench", "supply",
     }
 
 
 def test_schema_is_well_formed() -> None:
     known = {"type", "required", "default", "default_template", "choices", "pattern", "min", "max", "elements",
-             "options", "values", "one_of", "hint", "description"}
+             "options", "values", "one_of", "hint", "wants", "description"}
 
     def walk(options: dict[str, Any]) -> None:
         for key, spec in options.items():

@@ -37,6 +37,9 @@ def lab_args(name: str = "lab-tp2", world_size: int = 2, **changes: Any) -> dict
         "ranks": [{"rank": r, "head_fabric_ip": "10.77.1.11",
                    "fabric_env": {"VLLM_HOST_IP": f"10.77.1.1{r + 1}"}} for r in range(world_size)],
         "variables": LAB_VARIABLES,
+        # The lab's tiny model is gated on the lab's hub double, which gives the token.
+        "hf_token_present": True,
+        "recipe_dir": str(RECIPES),
     }
     args.update(changes)
     return args
@@ -94,7 +97,7 @@ def test_failure_on_cluster_size(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_failure_on_gated_model_without_token(capsys: pytest.CaptureFixture[str]) -> None:
-    args = lab_args()
+    args = lab_args(hf_token_present=False)
     args["recipe"]["model"]["gated"] = True
     assert "weights_hf_token" in run_module(args, capsys)["msg"]
     assert not run_module(dict(args, hf_token_present=True), capsys).get("failed")
@@ -104,11 +107,27 @@ def test_failure_on_missing_variables(capsys: pytest.CaptureFixture[str]) -> Non
     result = run_module(lab_args(variables={}), capsys)
     assert result["failed"] is True
     assert result["msg"].splitlines() == [
-        "recipe lab-tp2: image_from names the variable lab_engine_image, which is not defined; define it in the "
-        "inventory (group_vars) or pass it to the caller's variables.",
-        "recipe lab-tp2: model.revision_from names the variable lab_model_revision, which is not defined; define "
-        "it in the inventory (group_vars) or pass it to the caller's variables.",
+        "recipe lab-tp2: image_from names the inventory variable lab_engine_image, which is not set; set it to the "
+        "image pinned by digest, REPO@sha256:<64 hex> (docker buildx imagetools inspect IMAGE prints the digest).",
+        "recipe lab-tp2: model.revision_from names the inventory variable lab_model_revision, which is not set; set "
+        'it to the full 40-character commit of sparkserve-lab/tiny-model (HfApi().model_info("sparkserve-lab/'
+        'tiny-model").sha gives the newest).',
     ]
+
+
+def test_failure_on_a_patch_missing_from_the_recipes_folder(capsys: pytest.CaptureFixture[str],
+                                                           tmp_path: Path) -> None:
+    result = run_module(lab_args(recipe_dir=str(tmp_path)), capsys)
+    assert result["failed"] is True
+    assert result["errors"] == [
+        'recipe lab-tp2: overlays[0].patch names "patches/lab/vllm_double-logs.patch", which is not in the recipes '
+        "folder (%s); put the file there." % tmp_path]
+
+
+def test_mounts_and_endpoints_are_rendered(capsys: pytest.CaptureFixture[str]) -> None:
+    head, worker = run_module(lab_args(), capsys)["ranks"]
+    assert head["mounts"] == [] and worker["mounts"] == []
+    assert head["endpoints"]["health"] == "/health" and worker["endpoints"] == {}
 
 
 def test_failure_on_ranks(capsys: pytest.CaptureFixture[str]) -> None:
@@ -141,7 +160,7 @@ def test_documentation_is_valid_yaml_and_matches_the_arguments() -> None:
     doc = yaml.safe_load(recipe_render.DOCUMENTATION)
     assert doc["module"] == "recipe_render"
     assert set(doc["options"]) == {"recipe", "name", "deployment", "world_size", "ranks", "hf_token_present",
-                                   "variables"}
+                                   "variables", "recipe_dir"}
     assert set(doc["options"]["ranks"]["suboptions"]) == {"rank", "head_fabric_ip", "fabric_env"}
 
     def descriptions(options: dict[str, Any]) -> None:

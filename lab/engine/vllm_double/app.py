@@ -2,6 +2,9 @@
 
 Exit codes: 0 after SIGTERM or SIGINT; 1 when the engine cannot start or a
 worker loses its head; 2 for a command-line error (argparse).
+
+``serve`` runs parsed arguments as one engine ``Flavor``: vLLM here, SGLang
+for the ``sglang.launch_server`` shim beside this package.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -29,6 +33,19 @@ from .weights import MIB, LoadInterrupted, WeightError, load_model
 
 DEFAULT_MAX_MODEL_LEN = 2048
 POLL_S = 0.1
+
+
+@dataclass(frozen=True)
+class Flavor:
+    """Which engine the double answers as, where the engines differ."""
+
+    engine: str = "vllm"  # owned_by of /v1/models; "sglang" adds its own routes
+    title: str = "vLLM lab double"
+    metrics_enabled: bool = True  # whether GET /metrics answers (404 otherwise)
+    make_metrics: Callable[[str, int], Metrics] = Metrics
+
+
+VLLM = Flavor()
 
 
 def install_signals(stop: threading.Event, log: Logger) -> None:
@@ -105,10 +122,10 @@ def run_in_thread(target: Callable[[], None], name: str) -> None:
     threading.Thread(target=target, daemon=True, name=name).start()
 
 
-def log_start(args: ServeArgs, log: Logger) -> None:
+def log_start(args: ServeArgs, log: Logger, flavor: Flavor = VLLM) -> None:
     role = "head" if args.head else "headless worker"
-    log.info("vLLM lab double %s (sparkserve; not vLLM), %s, node rank %d of %d"
-             % (VERSION, role, args.node_rank, args.nnodes))
+    log.info("%s %s (sparkserve; not %s), %s, node rank %d of %d"
+             % (flavor.title, VERSION, flavor.title.split()[0], role, args.node_rank, args.nnodes))
     log.info("model %s served as %s; tp=%d pp=%d; master %s:%d; speculative tokens %d"
              % (args.model, ",".join(args.served_names), args.tensor_parallel_size, args.pipeline_parallel_size,
                 args.master_addr, args.master_port, args.num_speculative_tokens))
@@ -178,15 +195,18 @@ def _wait_head(state: EngineState, knobs: Knobs, log: Logger, stop: threading.Ev
     return 0
 
 
-def run_head(args: ServeArgs, knobs: Knobs, log: Logger, stop: threading.Event, max_model_len: int) -> int:
+def run_head(args: ServeArgs, knobs: Knobs, log: Logger, stop: threading.Event, max_model_len: int,
+             flavor: Flavor = VLLM) -> int:
     state = EngineState(args.nnodes, log)
-    api = Api(args, knobs, state, Metrics(args.served_name, args.num_speculative_tokens), log, max_model_len)
+    api = Api(args, knobs, state, flavor.make_metrics(args.served_name, args.num_speculative_tokens), log,
+              max_model_len, flavor=flavor.engine, metrics_enabled=flavor.metrics_enabled)
     server = _open_head(args, api, log, stop, knobs)
     if server is None:
         return 1
     address = "http://%s:%d" % (args.host or "0.0.0.0", args.port)
     run_in_thread(lambda: server.serve_forever(poll_interval=POLL_S), "http")
-    log.info("Starting vLLM API server 0 on %s (503 until the engine is ready)" % address)
+    log.info("Starting %s API server 0 on %s (503 until the engine is ready)"
+             % ("vLLM" if flavor.engine == "vllm" else flavor.engine, address))
     run_in_thread(_head_loader(args, knobs, log, state, stop), "loader")
     code = _wait_head(state, knobs, log, stop, address)
     server.shutdown()
@@ -259,8 +279,13 @@ def run_worker(args: ServeArgs, knobs: Knobs, log: Logger, stop: threading.Event
 def main(argv: Sequence[str] | None = None) -> int:
     """``vllm ...``; returns the exit code."""
     args = cli.parse_args(list(argv) if argv is not None else sys.argv[1:])
+    return serve(args, cli.check_args(args))
+
+
+def serve(args: ServeArgs, problems: list[str], flavor: Flavor = VLLM) -> int:
+    """Run one rank from parsed arguments and the problems found in them; returns the exit code."""
     log = Logger(args.node_rank)
-    problems = cli.check_args(args)
+    problems = list(problems)
     try:
         knobs = read_knobs(os.environ)
     except KnobError as exc:
@@ -271,12 +296,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     stop = threading.Event()
     install_signals(stop, log)
-    log_start(args, log)
+    log_start(args, log, flavor)
     try:
         max_model_len = resolve_max_model_len(args, read_config(Path(args.model)))
     except WeightError as exc:
         log.error(str(exc))
         return 1
     if args.head:
-        return run_head(args, knobs, log, stop, max_model_len)
+        return run_head(args, knobs, log, stop, max_model_len, flavor)
     return run_worker(args, knobs, log, stop)

@@ -180,8 +180,9 @@ def usage_chunk(req: GenRequest, request_id: str, completion_tokens: int) -> dic
             "usage": usage(req.prompt_tokens, completion_tokens)}
 
 
-def models_body(served_names: tuple[str, ...], root: str, max_model_len: int, created: int) -> dict[str, Any]:
+def models_body(served_names: tuple[str, ...], root: str, max_model_len: int, created: int,
+                owned_by: str = "vllm") -> dict[str, Any]:
     """``GET /v1/models``."""
-    data = [{"id": name, "object": "model", "created": created, "owned_by": "vllm", "root": root, "parent": None,
+    data = [{"id": name, "object": "model", "created": created, "owned_by": owned_by, "root": root, "parent": None,
              "max_model_len": max_model_len, "permission": []} for name in served_names]
     return {"object": "list", "data": data}

@@ -3,7 +3,8 @@
 Logged at startup and served at ``/sparkserve/double/sources``, so that a test
 can prove a patched file bind-mounted over the image (an overlay) is the one
 the engine started with. Paths are relative to the folder holding the package
-(``vllm_double/server.py``); the ``bin/vllm`` launcher is included when present.
+(``vllm_double/server.py``); the ``bin/vllm`` launcher and the ``sglang/``
+shim beside the package are included when present.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ def source_files(package_dir: Path = PACKAGE_DIR) -> list[Path]:
     launcher = package_dir.parent / "bin" / "vllm"
     if launcher.is_file():
         files.append(launcher)
+    files += sorted((package_dir.parent / "sglang").glob("*.py"))
     return files
 
 

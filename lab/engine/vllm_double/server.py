@@ -2,7 +2,9 @@
 
 Routes: ``GET /health``, ``GET /v1/models``, ``POST /v1/completions``,
 ``POST /v1/chat/completions``, ``GET /metrics``, ``GET /version`` and
-``GET /sparkserve/double/sources``. ``--api-key`` guards ``/v1/*`` only.
+``GET /sparkserve/double/sources``; as SGLang also ``GET /health_generate``
+and ``GET /get_model_info``, and ``/metrics`` only when enabled.
+``--api-key`` guards ``/v1/*`` only.
 Requests sleep on their own threads, so they run concurrently, up to
 ``--max-num-seqs`` at a time; the rest wait for a slot.
 """
@@ -43,6 +45,8 @@ class Api:
     metrics: Metrics
     log: Logger
     max_model_len: int
+    flavor: str = "vllm"  # the engine answered as: vllm or sglang
+    metrics_enabled: bool = True
     sources: dict[str, str] = field(default_factory=source_hashes)
     created: int = field(default_factory=lambda: int(time.time()))
     slots: threading.Semaphore = field(init=False)
@@ -164,8 +168,13 @@ class Handler(BaseHTTPRequestHandler):
             self.get_health()
         elif path == "/v1/models":
             self.get_models()
-        elif path == "/metrics":
+        elif path == "/metrics" and self.api.metrics_enabled:
             self.send_bytes(200, self.api.metrics.render().encode("utf-8"), "text/plain; version=0.0.4; charset=utf-8")
+        elif path == "/health_generate" and self.api.flavor == "sglang":
+            self.get_health()
+        elif path == "/get_model_info" and self.api.flavor == "sglang":
+            self.send_json(200, {"model_path": self.api.args.model, "tokenizer_path": self.api.args.model,
+                                 "is_generation": True})
         elif path == "/version":
             self.send_json(200, {"version": VERSION})
         elif path == "/sparkserve/double/sources":
@@ -208,7 +217,8 @@ class Handler(BaseHTTPRequestHandler):
         if api.state.phase is Phase.LOADING:
             self.send_error_body(ApiError(503, "The engine is still loading.", kind="ServiceUnavailableError"))
             return
-        self.send_json(200, models_body(api.args.served_names, api.args.model, api.max_model_len, api.created))
+        self.send_json(200, models_body(api.args.served_names, api.args.model, api.max_model_len, api.created,
+                                        owned_by=api.flavor))
 
     def post_generate(self, raw: bytes, chat: bool) -> None:
         api = self.api

@@ -1,0 +1,328 @@
+"""The seed recipes and their lab variants: every value a seed states reaches the ranks.
+
+Each seed recipe is validated and rendered through module_utils/recipe.py with
+fake cluster inputs, with the values the user supplies filled by test values
+(clearly not real ones); without those values the deployment must be refused
+with the list of what to supply. The lab variants must validate with only the
+variables the lab sets.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from ansible_collections.sparkserve.deploy.plugins.module_utils import recipe as rc
+
+ROOT = Path(__file__).resolve().parents[2]
+RECIPES = ROOT / "recipes"
+SEEDS = ("glm53-nvfp4-dflash2-tp4", "glm53-fp4local-mtp-tp2")
+LABS = {"lab-glm53-nvfp4-dflash2": 4, "lab-glm53-fp4local-mtp": 2, "lab-sglang-tp2": 2}
+LAB_VARIABLES = {
+    "lab_engine_image": "sparkserve-lab-registry:5000/sparkserve/engine@sha256:" + "0a" * 32,
+    "lab_model_revision": "1b" * 20,
+}
+HEAD_IP = "10.77.1.11"
+
+# Test values for what the seeds do not publish: none of them is a real hash or commit.
+TEST_SHA = "e" * 64
+OVERLAYS = [{"path": "/usr/local/lib/python3.12/dist-packages/vllm/test_overlay_%d.py" % i,
+             "original_sha256": "%x" % i * 64, "patch": "patches/glm53-fp4local-mtp-tp2/%d.patch" % i,
+             "result_sha256": "%x" % (i + 4) * 64} for i in range(1, 5)]
+SUPPLIED = {
+    "glm53-nvfp4-dflash2-tp4": {
+        "glm53_dflash2_image": "radixark/vllm-glm53-flash@sha256:" + "ab" * 32,
+        "glm53_nvfp4_revision": "cd" * 20,
+        "glm53_dflash2_draft_revision": "ef" * 20,
+    },
+    "glm53-fp4local-mtp-tp2": {
+        "glm53_fp4local_overlays": OVERLAYS,
+        "glm53_fp4local_generation_config_sha256": TEST_SHA,
+    },
+}
+
+
+def load(name: str) -> dict[str, Any]:
+    return yaml.safe_load((RECIPES / f"{name}.yml").read_text(encoding="utf-8"))
+
+
+def valid(name: str, variables: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    recipe, errors = rc.validate_recipe(load(name), name, variables=variables, **kwargs)
+    assert errors == []
+    return recipe
+
+
+def fabric(rank: int, engine: str = "vllm") -> dict[str, str]:
+    return {"VLLM_HOST_IP" if engine == "vllm" else "SGLANG_HOST_IP": "10.77.1.%d" % (11 + rank),
+            "NCCL_SOCKET_IFNAME": "enp1s0f1np1", "NCCL_IB_HCA": "rocep1s0f1,roceP2p1s0f1"}
+
+
+def render_all(name: str, variables: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    recipe = valid(name, variables)
+    nodes = recipe["parallel"]["tensor"] * recipe["parallel"]["pipeline"] // recipe["parallel"]["gpus_per_node"]
+    assert rc.validate_for_cluster(recipe, name, nodes, True) == []
+    ranks = [rc.render_rank(recipe, name, rank, nodes, HEAD_IP, fabric(rank, recipe["engine"]))
+             for rank in range(nodes)]
+    json.dumps(ranks)
+    return recipe, ranks
+
+
+def flag(argv: list[str], name: str) -> str:
+    assert argv.count(name) == 1, (name, argv)
+    return argv[argv.index(name) + 1]
+
+
+# ------------------------------------------------------------ seed 000
+
+def test_seed_000_every_stated_value_reaches_every_rank() -> None:
+    recipe, ranks = render_all("glm53-nvfp4-dflash2-tp4", SUPPLIED["glm53-nvfp4-dflash2-tp4"])
+    assert len(ranks) == 4
+    assert recipe["image"] == SUPPLIED["glm53-nvfp4-dflash2-tp4"]["glm53_dflash2_image"]
+    assert recipe["model"]["repo"] == "zai-org/GLM-5.3-Flash-NVFP4"
+    assert recipe["draft_model"]["repo"] == "incoai/GLM-5.3-Flash-DFlash2"
+    assert recipe["launch"]["order"] == "workers_first"  # ranks 3, 2, 1, then the head
+    for rank, out in enumerate(ranks):
+        argv = out["argv"]
+        assert argv[:3] == ["vllm", "serve", "/models/glm-5.3-flash-nvfp4"]
+        assert flag(argv, "--tensor-parallel-size") == "4" and flag(argv, "--nnodes") == "4"
+        assert flag(argv, "--node-rank") == str(rank) and flag(argv, "--master-addr") == HEAD_IP
+        assert flag(argv, "--served-model-name") == "glm-5.3-flash-dflash2"
+        assert flag(argv, "--block-size") == "2304"
+        assert flag(argv, "--max-model-len") == "262144"
+        assert flag(argv, "--gpu-memory-utilization") == "0.75"
+        assert flag(argv, "--kv-cache-dtype") == "fp8_e4m3"
+        spec = json.loads(flag(argv, "--speculative-config"))
+        assert spec == {"method": "dflash", "model": recipe["draft_model"]["path_in_container"],
+                        "num_speculative_tokens": 7}
+        # What the seed learned not to use.
+        assert "--load-format" not in argv and "instanttensor" not in " ".join(argv)
+        for v3 in ("--kv-cache-memory-bytes", "--enable-chunked-prefill", "--default-chat-template-kwargs"):
+            assert v3 not in argv
+        assert ("--headless" in argv) == (rank > 0)
+        assert out["env"]["VLLM_HOST_IP"] == "10.77.1.%d" % (11 + rank)
+        assert out["mounts"] == []
+    head = ranks[0]["argv"]
+    assert flag(head, "--host") == "0.0.0.0" and flag(head, "--port") == "8000"
+    assert ranks[0]["endpoints"]["health"] == "/health"
+
+
+def test_seed_000_states_what_it_cannot_render() -> None:
+    text = (RECIPES / "glm53-nvfp4-dflash2-tp4.yml").read_text(encoding="utf-8")
+    assert "5, 14, 24," in text and "33 and 42" in text  # the drafter's auxiliary layers
+    assert "radixark/vllm-glm53-flash:sm121-v8-dflash2-tony" in text
+    assert "instanttensor" in text and "0.80" in text and "16GiB" in text
+    assert "--enable-chunked-prefill" in text and "enable_thinking" in text
+
+
+def test_seed_000_benchmark_and_reference() -> None:
+    bench = valid("glm53-nvfp4-dflash2-tp4", SUPPLIED["glm53-nvfp4-dflash2-tp4"])["bench"]
+    assert [s["name"] for s in bench["suites"]] == ["coding-peak", "sustained-decode", "prefill"]
+    peak, grid, prefill = bench["suites"]
+    assert peak["temperature"] == 0.0 and peak["max_tokens"] == 2000 and peak["concurrency"] == 1
+    assert grid["concurrency"] == [1, 2, 4] and grid["contexts"] == [0, 4096] and grid["max_tokens"] == 512
+    assert grid["duration_s"] == 30 and grid["ignore_eos"] is True
+    assert prefill["contexts"] == [4096, 8192, 65536, 131072]
+    ref = bench["reference"]
+    assert ref["coding_peak"]["median_tok_s"] == 69.3
+    assert [r["tok_s"] for r in ref["coding_peak"]["runs"]] == [68.4, 69.3, 74.0]
+    cells = {(c["concurrency"], c["context"]): c["tok_s"] for c in ref["sustained_decode_default_temperature"]}
+    assert cells == {(1, 0): 36.7, (1, 4096): 31.6, (2, 0): 56.1, (4, 0): 84.7, (2, 4096): 52.5, (4, 4096): 64.1}
+    assert [c["tok_s"] for c in ref["sustained_decode_temperature_0"]] == [42.2, 36.8, 64.0]
+    assert [p["ttft_s"] for p in ref["prefill"]] == [2.37, 4.84, 37.7, 76.1]
+    assert len(ref["acceptance_per_position"]["temperature_0"]) == 7
+
+
+def test_seed_000_needs_four_nodes() -> None:
+    recipe = valid("glm53-nvfp4-dflash2-tp4", SUPPLIED["glm53-nvfp4-dflash2-tp4"])
+    assert "4 GPUs but the cluster has 2 nodes" in rc.validate_for_cluster(recipe, "glm53-nvfp4-dflash2-tp4", 2, True)[0]
+
+
+# ------------------------------------------------------------ seed 003
+
+def test_seed_003_every_stated_value_reaches_every_rank() -> None:
+    recipe, ranks = render_all("glm53-fp4local-mtp-tp2", SUPPLIED["glm53-fp4local-mtp-tp2"])
+    assert recipe["image"] == ("eugr/spark-vllm-b12x@sha256:"
+                               "03a956544e9f9b4b7ba91690469fbe7848bdbef29a7d2e0f5788368467bb3595")
+    assert recipe["model"]["repo"] == "nvidia/GLM-5.3-Flash-FP4-Local"
+    assert recipe["model"]["revision"] == "76348ddb2be2e35e39ecfc00e75dc07703f4f3d5"
+    assert recipe["overlays"] == OVERLAYS
+    launch = recipe["launch"]
+    assert launch["order"] == "workers_first" and launch["restart_policy"] == "no"
+    assert launch["stop_grace_s"] == 60 and launch["memory_limit"] == "110g"
+    memory = recipe["memory"]
+    assert memory["min_available_gib"] == 100
+    assert memory["guard"]["floor_gib"] == 8 and memory["guard"]["samples"] == 3
+    assert [out["container_name"] for out in ranks] == ["glm53-qualified-r0", "glm53-qualified-r1"]
+    for rank, out in enumerate(ranks):
+        argv = out["argv"]
+        assert argv[:3] == ["vllm", "serve", "/models/glm53-fp4local"]
+        assert flag(argv, "--served-model-name") == "nvidia/GLM-5.3-Flash-FP4-Local"
+        assert flag(argv, "--tensor-parallel-size") == "2" and flag(argv, "--nnodes") == "2"
+        assert flag(argv, "--node-rank") == str(rank)
+        assert flag(argv, "--max-model-len") == "262144"
+        assert flag(argv, "--kv-cache-memory-bytes") == "8589934592"
+        assert flag(argv, "--kv-cache-dtype") == "fp8"
+        assert flag(argv, "--max-num-seqs") == "4"
+        assert "--enable-prefix-caching" in argv and "--enable-chunked-prefill" in argv
+        assert json.loads(flag(argv, "--speculative-config")) == {"method": "mtp", "num_speculative_tokens": 5}
+        assert out["mounts"] == [{"source_rel": "files/glm53-fp4local-mtp-tp2/generation_config.json",
+                                  "target": "/models/glm53-fp4local/generation_config.json", "sha256": TEST_SHA}]
+    head = ranks[0]
+    assert flag(head["argv"], "--host") == "127.0.0.1" and flag(head["argv"], "--port") == "30198"
+    assert head["ports"] == [30198, launch["master_port"]]
+    assert "--headless" in ranks[1]["argv"] and "--port" not in ranks[1]["argv"]
+
+
+def test_seed_003_benchmark_reference_and_gates() -> None:
+    bench = valid("glm53-fp4local-mtp-tp2", SUPPLIED["glm53-fp4local-mtp-tp2"])["bench"]
+    assert bench["gates"]["throughput_floor"] == 0.98 and bench["gates"]["ttft_ceiling"] == 1.05
+    assert bench["gates"]["summary"] == "geometric_mean_speed_ratio"
+    assert bench["gates"]["min_logical_kv_tokens"] == 808020
+    primary = bench["reference"]["primary_tok_s"]
+    assert primary == {"prose-c1": {"original": 25.53, "qualified": 31.18},
+                       "code-c1": {"original": 34.69, "qualified": 38.78},
+                       "prose-c2": {"original": 35.06, "qualified": 46.11},
+                       "prose-c4": {"original": 49.69, "qualified": 64.24}}
+    ratios = [cell["qualified"] / cell["original"] for cell in primary.values()]
+    geometric_mean = (ratios[0] * ratios[1] * ratios[2] * ratios[3]) ** 0.25
+    assert geometric_mean == pytest.approx(bench["reference"]["geometric_mean_speed_ratio"], abs=5e-5)
+    speed = next(s for s in bench["suites"] if s["name"] == "speed")
+    assert speed["repetitions"] == 3 and [c["concurrency"] for c in speed["primary"]] == [1, 1, 2, 4]
+    assert all(c["max_tokens"] == 512 for c in speed["primary"])
+
+
+def test_seed_003_names_the_eos_override() -> None:
+    text = (RECIPES / "glm53-fp4local-mtp-tp2.yml").read_text(encoding="utf-8")
+    assert "154828" in text
+    assert "154828" in load("glm53-fp4local-mtp-tp2")["supply"]["files/glm53-fp4local-mtp-tp2/generation_config.json"]
+    # The seed does not print the file: it is not in the repository, and its hash is the user's to supply.
+    assert not (RECIPES / "files/glm53-fp4local-mtp-tp2/generation_config.json").exists()
+
+
+def test_seed_003_files_are_checked_in_the_recipes_folder(tmp_path: Path) -> None:
+    name = "glm53-fp4local-mtp-tp2"
+    errors = rc.validate_recipe(load(name), name, variables=SUPPLIED[name], recipes_dir=str(tmp_path))[1]
+    assert [e.split(" names ")[0] for e in errors] == [
+        "recipe %s: overlays[%d].patch (from the variable glm53_fp4local_overlays)" % (name, i) for i in range(4)
+    ] + ["recipe %s: model.file_overrides[0].source" % name]
+    assert all("which is not in the recipes folder" in e for e in errors)
+    assert "put the file there: model/generation_config.json of" in errors[-1]
+    for overlay in OVERLAYS:
+        (tmp_path / overlay["patch"]).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / overlay["patch"]).write_text("--- a\n+++ b\n", encoding="utf-8")
+    config = tmp_path / "files" / name / "generation_config.json"
+    config.parent.mkdir(parents=True)
+    config.write_text('{"eos_token_id": [154820, 154828]}\n', encoding="utf-8")  # a test file, not the release's
+    [error] = rc.validate_recipe(load(name), name, variables=SUPPLIED[name], recipes_dir=str(tmp_path))[1]
+    assert "whose sha256 is" in error and TEST_SHA in error
+
+
+# ------------------------------------------------------------ refused without the user's values
+
+@pytest.mark.parametrize("name, listed", [
+    ("glm53-nvfp4-dflash2-tp4", [("image_from", "glm53_dflash2_image"),
+                                 ("model.revision_from", "glm53_nvfp4_revision"),
+                                 ("draft_model.revision_from", "glm53_dflash2_draft_revision")]),
+    ("glm53-fp4local-mtp-tp2", [("overlays_from", "glm53_fp4local_overlays"),
+                                ("model.file_overrides[0].sha256_from", "glm53_fp4local_generation_config_sha256")]),
+])
+def test_without_the_supplied_values_the_deployment_is_refused_with_the_list(
+        name: str, listed: list[tuple[str, str]]) -> None:
+    data = load(name)
+    assert rc.validate_recipe(data, name)[1] == []  # the form alone is fine
+    assert rc.variables_named(data) == [variable for _, variable in listed]
+    errors = rc.validate_recipe(data, name, variables={})[1]
+    assert len(errors) == len(listed)
+    for error, (key, variable) in zip(errors, listed):
+        assert error.startswith("recipe %s: %s names the inventory variable %s, which is not set; set it to "
+                                % (name, key, variable))
+        assert data["supply"][variable].split()[0] in error  # the recipe's own sentence says where to find it
+    # One supplied, the rest still listed.
+    first = listed[0][1]
+    errors = rc.validate_recipe(data, name, variables={first: SUPPLIED[name][first]})[1]
+    assert [e.split(" names ")[0] for e in errors] == ["recipe %s: %s" % (name, key) for key, _ in listed[1:]]
+
+
+def test_every_supply_sentence_belongs_to_a_missing_value() -> None:
+    for name in SEEDS:
+        data = load(name)
+        named = set(rc.variables_named(data))
+        for key in data["supply"]:
+            assert key in named or (RECIPES / key).suffix, key
+
+
+# ------------------------------------------------------------ the lab variants
+
+@pytest.mark.parametrize("name", sorted(LABS))
+def test_lab_variants_validate_with_only_the_lab_variables(name: str) -> None:
+    data = load(name)
+    assert set(rc.variables_named(data)) <= set(LAB_VARIABLES)
+    recipe, ranks = render_all(name, LAB_VARIABLES)
+    assert rc.validate_recipe(data, name, variables=LAB_VARIABLES, recipes_dir=str(RECIPES))[1] == []
+    assert len(ranks) == LABS[name] and recipe["supply"] == {}
+    assert recipe["memory"]["min_available_gib"] <= 1 and recipe["memory"]["guard"]["floor_gib"] < 1
+    assert rc.validate_recipe(data, name, variables={})[1]  # and they do need the lab's variables
+
+
+def test_lab_dflash2_variant_has_the_seed_000_structure() -> None:
+    seed = valid("glm53-nvfp4-dflash2-tp4", SUPPLIED["glm53-nvfp4-dflash2-tp4"])
+    lab, ranks = render_all("lab-glm53-nvfp4-dflash2", LAB_VARIABLES)
+    for key in ("engine", "parallel", "kv_cache"):
+        assert lab[key] == seed[key], key
+    assert lab["launch"]["order"] == seed["launch"]["order"]
+    assert lab["engine_args"]["gpu-memory-utilization"] == 0.75
+    spec = lab["engine_args"]["speculative-config"]
+    assert spec["num_speculative_tokens"] == 7 and spec["model"] == lab["draft_model"]["path_in_container"]
+    assert [s["name"] for s in lab["bench"]["suites"]] == [s["name"] for s in seed["bench"]["suites"]]
+    assert all("--headless" in out["argv"] for out in ranks[1:])
+
+
+def test_lab_fp4local_variant_has_the_seed_003_structure() -> None:
+    seed = valid("glm53-fp4local-mtp-tp2", SUPPLIED["glm53-fp4local-mtp-tp2"])
+    lab, ranks = render_all("lab-glm53-fp4local-mtp", LAB_VARIABLES)
+    for key in ("order", "api_host", "api_port", "stop_grace_s", "restart_policy"):
+        assert lab["launch"][key] == seed["launch"][key], key
+    for key in ("max-num-seqs", "enable-prefix-caching", "enable-chunked-prefill", "speculative-config"):
+        assert lab["engine_args"][key] == seed["engine_args"][key], key
+    assert lab["kv_cache"]["dtype"] == "fp8" and lab["kv_cache"]["memory_gib_per_rank"] is not None
+    assert lab["bench"]["gates"]["throughput_floor"] == 0.98 and lab["bench"]["gates"]["ttft_ceiling"] == 1.05
+    assert [out["container_name"] for out in ranks] == ["lab-qualified-r0", "lab-qualified-r1"]
+    [mount] = ranks[0]["mounts"]
+    assert mount["target"] == "/models/tiny-model/generation_config.json"
+    config = json.loads((RECIPES / mount["source_rel"]).read_text(encoding="utf-8"))
+    assert config["eos_token_id"] == [2, 3]
+    assert ranks[1]["mounts"] == ranks[0]["mounts"]
+
+
+def test_lab_sglang_variant_runs_sglang_through_the_double() -> None:
+    sys.path.insert(0, str(ROOT / "lab/engine"))
+    from sglang import launch_server
+
+    recipe, ranks = render_all("lab-sglang-tp2", LAB_VARIABLES)
+    assert recipe["engine"] == "sglang"
+    for rank, out in enumerate(ranks):
+        assert out["argv"][:3] == ["python3", "-m", "sglang.launch_server"]
+        args, problems, ns = launch_server.parse_args(out["argv"][3:])
+        assert problems == [] and args.node_rank == rank and ns.dist_init_addr == (HEAD_IP, 29501)
+        assert out["env"]["SGLANG_HOST_IP"] == "10.77.1.%d" % (11 + rank)
+        assert "VLLM_ENGINE_READY_TIMEOUT_S" not in out["env"]
+    assert ranks[0]["endpoints"]["metrics"] == "/metrics"
+
+
+# ------------------------------------------------------------ the issue's acceptance check
+
+def test_acceptance_greps() -> None:
+    first = (RECIPES / "glm53-nvfp4-dflash2-tp4.yml").read_text(encoding="utf-8").lower()
+    for value in ("2304", "262144", "0.75", "fp8", "dflash"):
+        assert value in first, value
+    second = (RECIPES / "glm53-fp4local-mtp-tp2.yml").read_text(encoding="utf-8").lower()
+    for value in ("30198", "154828", "03a956544e9f9b4b7ba91690469fbe7848bdbef29a7d2e0f5788368467bb3595",
+                  "76348ddb2be2e35e39ecfc00e75dc07703f4f3d5", "262144"):
+        assert value in second, value
+    assert re.search(r"8589934592|8 ?gib|8g\b", second)
