@@ -55,8 +55,12 @@ def env() -> dict[str, str]:
     return out
 
 
-def run(argv: Sequence[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(argv), check=True, text=True, capture_output=True, env=env(), **kwargs)
+def run(argv: Sequence[str], extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(list(argv), text=True, capture_output=True, env={**env(), **(extra_env or {})}, check=False)
+    if done.returncode != 0:
+        raise SystemExit("bench-weights: %s failed (%d): %s" % (" ".join(argv[:3]), done.returncode,
+                                                              (done.stdout + done.stderr)[-2000:]))
+    return done
 
 
 def node(name: str, command: str) -> str:
@@ -102,13 +106,13 @@ def fetch(workers: Sequence[str]) -> float:
         "path": FOLDER, "manifest": FOLDER + "/.sparkserve-manifest.json", "poll_s": 0.1})
     result = run(["ansible", "-i", str(INVENTORY), ",".join(workers), "-m", "sparkserve.deploy.weights_fetch",
                   "-a", args, "-e", json.dumps({"bench_upstream": upstream})],
-                 env={**env(), "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1", "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json"})
+                 {"ANSIBLE_LOAD_CALLBACK_PLUGINS": "1", "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json"})
     hosts = json.loads(result.stdout)["plays"][0]["tasks"][0]["hosts"]
     return max(float(hosts[w]["seconds"]) for w in workers)
 
 
 VERIFY_TIMER = r"""
-import sys, time, json
+import sys, time, json, os, subprocess
 sys.path.insert(0, "/tmp/sparkserve-bench")
 import weights
 root = sys.argv[1]
@@ -118,7 +122,10 @@ full_s = time.perf_counter() - t
 weights.verify(root, manifest, use_cache=True)  # fills the cache
 t = time.perf_counter(); again = weights.verify(root, manifest, use_cache=True)
 again_s = time.perf_counter() - t
-print(json.dumps({"full_s": full_s, "again_s": again_s, "hashed": full["hashed_bytes"],
+files = sorted(f for f in os.listdir(root) if not f.startswith("."))
+t = time.perf_counter(); subprocess.run(["sha256sum"] + files, cwd=root, check=True, stdout=subprocess.DEVNULL)
+sha256sum_s = time.perf_counter() - t
+print(json.dumps({"full_s": full_s, "again_s": again_s, "sha256sum_s": sha256sum_s, "hashed": full["hashed_bytes"],
                   "again_hashed": again["hashed_bytes"], "ok": len(full["ok"])}))
 """
 
@@ -129,11 +136,7 @@ def verify_times(name: str) -> dict[str, Any]:
          "sparkserve-lab-%s:/tmp/sparkserve-bench/weights.py" % name])
     # Files written in the last two seconds are not cached (they may still be written).
     node(name, "touch -d '-1 hour' %s/*" % FOLDER)
-    timed = json.loads(run(["docker", "exec", "sparkserve-lab-" + name, "python3", "-c", VERIFY_TIMER, FOLDER]).stdout)
-    started = time.monotonic()
-    node(name, "cd %s && sha256sum $(ls | grep -v '^[.]') >/dev/null" % FOLDER)
-    timed["sha256sum_s"] = time.monotonic() - started
-    return timed
+    return json.loads(run(["docker", "exec", "sparkserve-lab-" + name, "python3", "-c", VERIFY_TIMER, FOLDER]).stdout)
 
 
 def limit(names: Sequence[str], rate_mbit: int | None) -> None:
