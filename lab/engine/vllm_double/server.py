@@ -95,6 +95,9 @@ class DoubleHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False  # a stop must not wait for streams in flight
     allow_reuse_address = True
+    # uvicorn's backlog (vLLM's server); socketserver's 5 drops the SYNs of a burst of
+    # clients, which then retry after a second and look like a slow first token.
+    request_queue_size = 2048
 
     def __init__(self, host: str | None, port: int, api: Api) -> None:
         bind = host or ""
