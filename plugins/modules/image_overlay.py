@@ -125,6 +125,7 @@ errors:
 
 import hashlib
 import io
+import json
 import os
 import posixpath
 import re
@@ -144,8 +145,8 @@ Runner = Callable[[Sequence[str]], Tuple[int, bytes, str]]
 IMAGE_PATTERN = re.compile(r"^[^\s@]+@sha256:[0-9a-f]{64}$")
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 MARKER = ".sparkserve-overlay"
-MARKER_TEXT = (b"Made by sparkserve.deploy.image_overlay. Every file here that is not in the "
-               b"deployment's overlay set is removed.\n")
+MARKER_NOTE = ("Made by sparkserve.deploy.image_overlay: what each result was made from. Every file here "
+               "that is not in the deployment's overlay set is removed.")
 DOCKER_TIMEOUT_S = 600
 
 
@@ -391,6 +392,24 @@ def read_plain(path: str) -> bytes | None:
         return None
 
 
+def provenance(image: str, entries: Sequence["Entry"]) -> dict[str, Any]:
+    """What the results are made from, as the marker records it."""
+    return {"note": MARKER_NOTE, "image": image,
+            "files": {e.path: {"original_sha256": e.original_sha256, "result_sha256": e.result_sha256,
+                               "patch_sha256": hashlib.sha256(e.patch.encode() if isinstance(e.patch, str) else e.patch)
+                               .hexdigest()} for e in entries}}
+
+
+def recorded(marker: str) -> dict[str, Any]:
+    """The marker's record; empty when it is unreadable or from an older format."""
+    try:
+        with open(marker, "rb") as handle:
+            data = json.loads(handle.read().decode("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def converge(image: str, dest: str, files: Sequence[Mapping[str, Any]], docker: str = "docker",
              check_mode: bool = False, runner: Runner = run, want_diff: bool = False) -> Outcome:
     """Bring dest to hold exactly the set's results; raise OverlayError (having written nothing) on any problem."""
@@ -400,16 +419,23 @@ def converge(image: str, dest: str, files: Sequence[Mapping[str, Any]], docker: 
         raise OverlayError(errors)
     entries = [Entry(f["path"], f["original_sha256"].lower(), f["patch"], f["result_sha256"].lower(),
                      host_path(dest, f["path"])) for f in files]
-    needed = [e for e in entries if existing_sha256(dest, e.path) != e.result_sha256]
-    stale = find_stale(dest, {e.path for e in entries})
     marker = os.path.join(dest, MARKER)
     has_marker = os.path.isfile(marker) and not os.path.islink(marker)
+    wanted = provenance(image, entries)
+    made_from = recorded(marker) if has_marker else {}
+    # A result counts as done only when it has its hash AND was made from this image, original and patch:
+    # a new image (or patch) is extracted and checked again, so an original that changed is caught.
+    needed = [e for e in entries if existing_sha256(dest, e.path) != e.result_sha256
+              or made_from.get("image") != image
+              or (made_from.get("files") or {}).get(e.path) != wanted["files"][e.path]]
+    stale = find_stale(dest, {e.path for e in entries})
     if stale and not has_marker:
         shown = ", ".join(stale[:5]) + (f" and {len(stale) - 5} more" if len(stale) > 5 else "")
         raise OverlayError([f"dest {dest} holds files that are not overlays of this set ({shown}) and has no "
                             f"{MARKER} marker: it was not made by image_overlay, and nothing is removed from it; "
                             "give each deployment a folder of its own"])
-    needs_marker = bool(entries) and not has_marker
+    marker_text = (json.dumps(wanted, indent=1, sort_keys=True) + "\n").encode()
+    needs_marker = bool(entries) and read_plain(marker) != marker_text
 
     built: dict[str, bytes] = {}
     originals: dict[str, bytes] = {}
@@ -440,7 +466,7 @@ def converge(image: str, dest: str, files: Sequence[Mapping[str, Any]], docker: 
             write_atomic(entry.host_path, built[entry.path])
         if needs_marker:
             ensure_dirs(dest, dest)
-            write_atomic(marker, MARKER_TEXT)
+            write_atomic(marker, marker_text)
 
     return Outcome(
         changed=bool(needed or stale or needs_marker),

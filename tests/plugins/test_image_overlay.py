@@ -226,6 +226,30 @@ def test_only_the_wrong_result_is_remade(tmp_path: Path) -> None:
     assert (dest / SAMPLER_PY[1:]).read_text() == SAMPLER_PATCHED
 
 
+def test_a_new_image_is_checked_again_though_the_results_are_in_place(tmp_path: Path) -> None:
+    dest = tmp_path / "lab"
+    io_mod.converge(IMAGE, str(dest), recipe_files(), runner=FakeDocker(originals()))
+    before = tree(dest)
+    newer = IMAGE.split("@")[0] + "@sha256:" + "ee" * 32
+    changed = dict(originals(), **{MODEL_PY: MODEL.replace("line 20\n", "line 20 v2\n").encode()})
+    docker = FakeDocker(changed)
+    with pytest.raises(io_mod.OverlayError) as err:
+        io_mod.converge(newer, str(dest), recipe_files(), runner=docker)
+    assert "original sha256 is %s, the recipe expects %s" % (sha(changed[MODEL_PY]), sha(MODEL)) in err.value.msg
+    assert tree(dest) == before  # the results of the image before stay as they were
+
+
+def test_a_changed_original_hash_in_the_recipe_is_checked_against_the_image(tmp_path: Path) -> None:
+    dest = tmp_path / "lab"
+    io_mod.converge(IMAGE, str(dest), recipe_files(), runner=FakeDocker(originals()))
+    docker = FakeDocker(originals())
+    with pytest.raises(io_mod.OverlayError) as err:
+        io_mod.converge(IMAGE, str(dest), recipe_files(original_sha256="0" * 64), runner=docker)
+    assert [argv[2] for argv in docker.calls if argv[1] == "cp"] == [f"c0ffee:{MODEL_PY}"]
+    assert err.value.errors == [f"{MODEL_PY}: original sha256 is {sha(MODEL)}, the recipe expects {'0' * 64}: "
+                                "the image is not the one the overlay was made for"]
+
+
 def test_original_hash_mismatch_fails_and_writes_nothing(tmp_path: Path) -> None:
     dest = tmp_path / "lab"
     other = dict(originals(), **{MODEL_PY: MODEL.replace("line 20\n", "line 20 v2\n").encode()})
