@@ -196,6 +196,21 @@ RECIPE_SPEC: Dict[str, Any] = {
                 "file_overrides": _FILE_OVERRIDES,
             },
         },
+        "overlays_repo": {
+            "type": "dict",
+            "one_of": [["revision", "revision_from"]],
+            "description": "Optional Hugging Face repository, pinned to a commit, that holds the overlays' patches "
+                           "(a release published that way). The weights stage downloads, relays and verifies it like "
+                           "the weights; each `overlays[].patch` is then a path inside it, not in the recipes folder.",
+            "options": {
+                **_PINNED_REPO,
+                "gated": {
+                    "type": "bool",
+                    "default": False,
+                    "description": "As `model.gated`.",
+                },
+            },
+        },
         "draft_model": {
             "type": "dict",
             "one_of": [["revision", "revision_from"]],
@@ -944,6 +959,8 @@ def _named_files(recipe: Mapping[str, Any]) -> List[Tuple[str, Any, Optional[Any
     """(path of the field, file named, expected sha256 or None) of every file of the recipes folder."""
     files: List[Tuple[str, Any, Optional[Any]]] = []
     overlays = recipe.get("overlays") if isinstance(recipe, Mapping) else None
+    if _section(recipe, "overlays_repo"):
+        overlays = None  # the patches are files of the pinned overlays repository, checked by its manifest
     for i, overlay in enumerate(overlays if isinstance(overlays, list) else []):
         if isinstance(overlay, dict):
             files.append(("overlays[%d].patch" % i, overlay.get("patch"), None))
@@ -1173,7 +1190,7 @@ def validate_for_cluster(recipe: Dict[str, Any], name: str, world_size: int,
                                    "instanttensor loads made ranks die silently on more than one node "
                                    "(seed 000); remove it for this %d-node deployment" % world_size))
     if not hf_token_present:
-        for section in ("model", "draft_model"):
+        for section in ("model", "draft_model", "overlays_repo"):
             part = _section(recipe, section)
             if part.get("gated") is True:
                 errors.append(

@@ -729,7 +729,7 @@ def test_readme_names_every_field() -> None:
     walk(rc.RECIPE_SCHEMA, "")
     assert set(rc.RECIPE_SCHEMA) == {
         "name", "description", "engine", "image", "image_from", "model", "draft_model", "parallel", "launch",
-        "engine_args", "env", "kv_cache", "overlays", "overlays_from", "memory", "fabric", "readiness", "host",
+        "engine_args", "env", "kv_cache", "overlays", "overlays_from", "overlays_repo", "memory", "fabric", "readiness", "host",
         "bench", "supply",
     }
 
@@ -754,3 +754,17 @@ def test_a_memory_guard_floor_of_zero_is_refused() -> None:
     # the guard refuses a floor of 0 at start; the recipe says so first
     message = one_error(base(memory={"min_available_gib": 100, "guard": {"floor_gib": 0}}))
     assert "memory.guard.floor_gib" in message and "0" in message
+
+
+def test_patches_of_a_pinned_overlays_repository_need_no_file_in_the_recipes_folder(tmp_path: Any) -> None:
+    recipe = yaml.safe_load((ROOT / "recipes/lab-tp2.yml").read_text(encoding="utf-8"))
+    variables = {"lab_engine_image": "r/e@sha256:" + "ab" * 32, "lab_model_revision": "1" * 40}
+    missing = rc.validate_recipe(dict(recipe), "lab-tp2", variables=variables, recipes_dir=str(tmp_path))[1]
+    assert any("overlays[0].patch" in e and "not in the recipes folder" in e for e in missing)
+    recipe["overlays_repo"] = {"repo": "acme/release", "revision_from": "release_revision"}
+    errors = rc.validate_recipe(dict(recipe), "lab-tp2", variables=variables, recipes_dir=str(tmp_path))[1]
+    assert errors == ["recipe lab-tp2: overlays_repo.revision_from names the inventory variable release_revision, "
+                      "which is not set; set it to " + errors[0].split("set it to ", 1)[1]]
+    resolved, errors = rc.validate_recipe(dict(recipe), "lab-tp2", variables=dict(variables, release_revision="2" * 40),
+                                          recipes_dir=str(tmp_path))
+    assert errors == [] and resolved["overlays_repo"]["revision"] == "2" * 40

@@ -27,6 +27,7 @@ LABS = {"lab-glm53-nvfp4-dflash2": 4, "lab-glm53-fp4local-mtp": 2, "lab-sglang-t
 LAB_VARIABLES = {
     "lab_engine_image": "sparkserve-lab-registry:5000/sparkserve/engine@sha256:" + "0a" * 32,
     "lab_model_revision": "1b" * 20,
+    "lab_release_revision": "2c" * 20,
 }
 HEAD_IP = "10.77.1.11"
 
