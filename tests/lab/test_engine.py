@@ -122,7 +122,7 @@ def test_the_lab_recipes_render_command_lines_the_double_accepts() -> None:
     from ansible_collections.sparkserve.deploy.plugins.module_utils import recipe as rc
 
     variables = {"lab_engine_image": "registry:5000/sparkserve/engine@sha256:" + "0a" * 32,
-                 "lab_model_revision": "1b" * 20}
+                 "lab_model_revision": "1b" * 20, "lab_release_revision": "2c" * 20}
     engines = set()
     for path in sorted((ROOT / "recipes").glob("lab-*.yml")):
         data = yaml.safe_load(path.read_text(encoding="utf-8"))

@@ -44,6 +44,7 @@ def cluster_file(tmp_path: Path, nodes: int = 2, recipe: str = "lab-tp2", mtu: i
         "vars:",
         f"  lab_engine_image: sparkserve-lab-registry:5000/sparkserve/engine@{DIGEST}",
         f"  lab_model_revision: '{REVISION}'",
+        f"  lab_release_revision: '{REVISION}'",
         # The lab model is gated: a token must be configured (never shown).
         "  weights_hf_token: test-token-not-shown",
     ]
