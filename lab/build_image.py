@@ -289,7 +289,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 build(one, inputs_hash(one)[:16], Path(work))
     except subprocess.CalledProcessError as err:
         tail = (err.stderr or err.stdout or "").strip().splitlines()[-5:]
-        print(f"build_image: {' '.join(err.cmd[:2])} failed (rc={err.returncode}): " + " | ".join(tail), file=sys.stderr)
+        print(f"build_image: {' '.join(err.cmd[:2])} failed (rc={err.returncode}): " + " | ".join(tail),
+              file=sys.stderr)
         return 1
     print(json.dumps(result))
     return 0

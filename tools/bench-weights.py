@@ -142,7 +142,8 @@ def verify_times(name: str) -> dict[str, Any]:
 def limit(names: Sequence[str], rate_mbit: int | None) -> None:
     for name in names:
         if rate_mbit:
-            node(name, "tc qdisc replace dev %s root tbf rate %dmbit burst 256kb latency 200ms" % (FABRIC_IF, rate_mbit))
+            node(name, "tc qdisc replace dev %s root tbf rate %dmbit burst 256kb latency 200ms"
+                 % (FABRIC_IF, rate_mbit))
         else:
             node(name, "tc qdisc del dev %s root 2>/dev/null; true" % FABRIC_IF)
 

@@ -89,7 +89,7 @@ def main(argv: Sequence[str]) -> int:
     outputs = [p.communicate()[0] for p in procs]
     if args.log:
         args.log.write_text("".join("=== rank %d (exit %d)\n%s" % (r, p.returncode, out)
-                                    for r, (p, out) in enumerate(zip(procs, outputs))))
+                                    for r, (p, out) in enumerate(zip(procs, outputs, strict=True))))
     report: dict[str, Any] = nccl.parse(outputs[0])
     problems = nccl.gate(report, args.min_busbw_gbps, args.transports.split(","))
     print(json.dumps({"fabric_env": fabric, "net_only": args.net_only, "report": report, "problems": problems},

@@ -12,6 +12,7 @@ import asyncio
 import json
 import time
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -62,7 +63,7 @@ class RequestResult:
 
     def gaps_s(self) -> list[float]:
         times = self.chunk_times
-        return [b - a for a, b in zip(times, times[1:])]
+        return [b - a for a, b in pairwise(times)]
 
 
 @dataclass(frozen=True)

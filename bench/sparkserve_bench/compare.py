@@ -31,7 +31,7 @@ from typing import Any, Mapping
 
 from . import COMPARISON_FORMAT
 from .errors import BenchError
-from .reference import Reference, RefCell, matches
+from .reference import RefCell, Reference, matches
 from .stats import geometric_mean
 
 DEFAULT_GATES = {"throughput_floor": 0.98, "ttft_ceiling": 1.05}
@@ -303,7 +303,7 @@ def table(comparison: Mapping[str, Any]) -> str:
                       _fmt(ratios.get("ttft_s"), 3), _fmt(cand.get("accept_length")), _fmt(ref.get("accept_length")),
                       verdict))
     widths = [max(len(str(row[i])) for row in [header] + lines) for i in range(len(header))]
-    out = ["  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip() for row in [header] + lines]
+    out = ["  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in [header] + lines]
     out.insert(1, "  ".join("-" * w for w in widths))
     for label in comparison["unmatched_reference_cells"]:
         out.append("not measured: %s" % label)

@@ -76,7 +76,7 @@ class SpecCounters:
         mine = list(self.per_position) + [0.0] * (width - len(self.per_position))
         theirs = list(before.per_position) + [0.0] * (width - len(before.per_position))
         return SpecCounters(self.drafts - before.drafts, self.draft_tokens - before.draft_tokens,
-                            self.accepted - before.accepted, tuple(a - b for a, b in zip(mine, theirs)),
+                            self.accepted - before.accepted, tuple(a - b for a, b in zip(mine, theirs, strict=True)),
                             self.sglang_accept_length, self.source)
 
     def plus(self, other: "SpecCounters") -> "SpecCounters":
@@ -84,7 +84,7 @@ class SpecCounters:
         mine = list(self.per_position) + [0.0] * (width - len(self.per_position))
         theirs = list(other.per_position) + [0.0] * (width - len(other.per_position))
         return SpecCounters(self.drafts + other.drafts, self.draft_tokens + other.draft_tokens,
-                            self.accepted + other.accepted, tuple(a + b for a, b in zip(mine, theirs)),
+                            self.accepted + other.accepted, tuple(a + b for a, b in zip(mine, theirs, strict=True)),
                             other.sglang_accept_length if other.sglang_accept_length is not None
                             else self.sglang_accept_length, other.source)
 

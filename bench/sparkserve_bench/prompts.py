@@ -46,8 +46,9 @@ FAMILIES: dict[str, tuple[str, ...]] = {
         "Compute the derivative of x^3 * sin(x) and explain each rule used.",
     ),
 }
-FAMILIES["mixed"] = tuple(prompt for group in zip(FAMILIES["code"], FAMILIES["prose"], FAMILIES["structured"]
-                                                   + FAMILIES["math"]) for prompt in group)
+FAMILIES["mixed"] = tuple(prompt for group in zip(FAMILIES["code"], FAMILIES["prose"],
+                                                   FAMILIES["structured"] + FAMILIES["math"], strict=True)
+                          for prompt in group)
 
 # Filler for long contexts: plain words, each about one token in common tokenizers.
 _FILLER_WORDS = (

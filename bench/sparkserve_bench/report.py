@@ -14,7 +14,7 @@ import math
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from .errors import BenchError
-from .reference import Reference, RefCell, matches
+from .reference import RefCell, Reference, matches
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -100,7 +100,7 @@ def _bar_panel(cells: Sequence[Mapping[str, Any]], reference: Reference | None, 
         labels = [c["cell"] for c in cells]
         xs = list(range(len(cells)))
         ax.bar([x - 0.2 for x in xs], [c["metrics"].get(metric) or 0.0 for c in cells], 0.4, label="candidate")
-        refs = [(x, r.metrics[metric]) for x, c in zip(xs, cells) for r in [_ref_for(c, reference)]
+        refs = [(x, r.metrics[metric]) for x, c in enumerate(cells) for r in [_ref_for(c, reference)]
                 if r is not None and r.metrics.get(metric) is not None]
         if refs:
             ax.bar([x + 0.2 for x, _ in refs], [v for _, v in refs], 0.4, label="reference", hatch="//", alpha=0.7)
@@ -149,8 +149,8 @@ def _ratio_panel(comparison: Mapping[str, Any]) -> Panel:
     def draw(ax: "Axes") -> None:
         cells = comparison["cells"]
         ys = list(range(len(cells)))
-        speed = [(y, c["ratios"][c["speed_metric"]]) for y, c in zip(ys, cells) if c["speed_metric"] in c["ratios"]]
-        ttft = [(y, c["ratios"]["ttft_s"]) for y, c in zip(ys, cells) if "ttft_s" in c["ratios"]]
+        speed = [(y, c["ratios"][c["speed_metric"]]) for y, c in enumerate(cells) if c["speed_metric"] in c["ratios"]]
+        ttft = [(y, c["ratios"]["ttft_s"]) for y, c in enumerate(cells) if "ttft_s" in c["ratios"]]
         ax.plot([v for _, v in speed], [y for y, _ in speed], "o", markersize=8, label="speed ratio")
         ax.plot([v for _, v in ttft], [y for y, _ in ttft], "D", markersize=6, alpha=0.8, label="TTFT ratio")
         gates = comparison["gates"]
@@ -210,7 +210,7 @@ def render(path: str, candidate: Mapping[str, Any], reference: Reference | None 
     rows = height // PANEL_PX[1]
     fig, axes = plt.subplots(rows, COLUMNS, figsize=(width / DPI, height / DPI), dpi=DPI, squeeze=False)
     flat = [ax for row in axes for ax in row]
-    for ax, draw in zip(flat, panels):
+    for ax, draw in zip(flat, panels, strict=False):  # the grid can have spare axes
         draw(ax)
     for ax in flat[len(panels):]:
         ax.axis("off")
@@ -251,7 +251,7 @@ def text_summary(results: Mapping[str, Any]) -> str:
                      "-" if m.get("accept_length") is None else "%.2f" % m["accept_length"],
                      str(cell["requests"]), str(cell["errors"])))
     widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
-    lines = ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in [header] + rows]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in [header] + rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     context = results.get("context") or {}
     lines.insert(0, "recipe %s, model %s (revision %s), image %s, %s nodes, %s" % (

@@ -169,7 +169,7 @@ def cell_result(cell: Cell, samples: Sequence[RunSample]) -> dict[str, Any]:
     for name in SCALAR_METRICS:
         block_values = []
         for block in blocks:
-            values = [value for s, m in zip(samples, per_sample)
+            values = [value for s, m in zip(samples, per_sample, strict=True)
                       if s.block == block and (value := m[name]) is not None]
             if values:
                 block_values.append(reduce(values, cell.statistic))
@@ -213,7 +213,7 @@ def cell_result(cell: Cell, samples: Sequence[RunSample]) -> dict[str, Any]:
         "error_examples": sorted({r.error or "?" for r in failed})[:3],
         "tokens_source": "usage" if all(r.tokens_source == "usage" for r in ok) else "chunks",
         "samples": [{"block": s.block + 1, "run": s.run + 1, "requests": len(s.requests), "errors": len(s.requests)
-                     - len(s.ok), "wall_s": round(s.wall_s, 4), **m} for s, m in zip(samples, per_sample)],
+                     - len(s.ok), "wall_s": round(s.wall_s, 4), **m} for s, m in zip(samples, per_sample, strict=True)],
         "client": {"cpu_s": round(cpu, 4), "wall_s": round(wall, 4),
                    "cpu_share_of_one_core": round(cpu / wall, 4) if wall > 0 else None,
                    "chunks": chunks, "chunks_per_s": round(chunks / wall, 1) if wall > 0 else None,

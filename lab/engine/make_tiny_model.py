@@ -51,7 +51,7 @@ def tensor_plan(shard_bytes: int, layer: int) -> list[tuple[str, list[int], int]
     rows_total = shard_bytes // BYTES_PER_ROW
     rows = [rows_total // 4 + (1 if i < rows_total % 4 else 0) for i in range(4)]
     return [("model.layers.%d.self_attn.%s.weight" % (layer, proj), [n, HIDDEN], n * BYTES_PER_ROW)
-            for proj, n in zip(PROJECTIONS, rows)]
+            for proj, n in zip(PROJECTIONS, rows, strict=True)]
 
 
 def shard_bytes_of(shard_mib: float) -> int:

@@ -24,7 +24,8 @@ options:
 """
 
 EXAMPLES = r"""
-recipe_from_keys: "{{ lookup('ansible.builtin.file', 'recipes/lab-tp2.yml') | from_yaml | sparkserve.deploy.recipe_variables }}"
+recipe_from_keys: "{{ lookup('ansible.builtin.file', 'recipes/lab-tp2.yml') | from_yaml
+  | sparkserve.deploy.recipe_variables }}"
 """
 
 RETURN = r"""

@@ -11,7 +11,7 @@ name: weights_relay
 short_description: Which node each node fetches the weights from
 version_added: "0.1.0"
 description:
-  - With O(fanout=1), a chain (seeder, then each node in order, each fed by the one before): every node
+  - With O(fanout=1), a chain (seeder, then each node in order, each fed by the one before); every node
     sends the model once, so with a relay pipelined file by file the whole fan-out takes about one transfer.
   - With a larger O(fanout), a tree of that many children per node, in node order.
   - The seeder's upstream is null.

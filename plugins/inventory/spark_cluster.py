@@ -36,7 +36,8 @@ options:
     required: true
     choices: [sparkserve.deploy.spark_cluster]
   recipe:
-    description: Name of the recipe the cluster serves (a file of C(recipes/)); set as C(sparkserve_recipe) on every host.
+    description: Name of the recipe the cluster serves (a file of C(recipes/)); set as C(sparkserve_recipe) on
+      every host.
     type: str
     required: true
   user:
@@ -240,7 +241,8 @@ class InventoryModule(BaseInventoryPlugin):
             problems += _unknown(entry, NODE_KEYS, f"nodes[{index}]")
             name = entry.get("name")
             if not isinstance(name, str) or not name:
-                problems.append(f"{PREFIX}nodes[{index}] has no name; give it the node's inventory name (name: spark-a).")
+                problems.append(f"{PREFIX}nodes[{index}] has no name; "
+                                "give it the node's inventory name (name: spark-a).")
                 name = f"nodes[{index}]"
             head = entry.get("head", False)
             if not isinstance(head, bool):
@@ -322,7 +324,8 @@ def _twins(fabric: Mapping, problems: list[str]) -> list[Twin] | None:
     for index, entry in enumerate(entries):
         where = f"fabric.twins[{index}]"
         if not isinstance(entry, Mapping):
-            problems.append(f"{PREFIX}{where} is {entry!r}; write it as {{interface: ..., rdma_device: ..., subnet: ...}}.")
+            problems.append(f"{PREFIX}{where} is {entry!r}; "
+                            "write it as {interface: ..., rdma_device: ..., subnet: ...}.")
             twins = None
             continue
         problems += _unknown(entry, TWIN_KEYS, where)

@@ -341,7 +341,8 @@ def _check_fabric_addresses(cluster: Cluster, subnets: list[IPNetwork | None], m
                 f"give exactly one per twin, in twin order ({_WHERE_FABRIC_IPS})."
             )
         management_ip = _parse_address(node.address)
-        for index, (twin, subnet, ip) in enumerate(zip(twins, subnets, ips)):
+        # A node with too few or too many addresses was reported above; check the ones that pair with a twin.
+        for index, (twin, subnet, ip) in enumerate(zip(twins, subnets, ips, strict=False)):
             label = _twin_label(index, twin)
             if ip == "":
                 if subnet is not None:  # a twin whose subnet is bad is reported once, for the subnet
@@ -366,9 +367,9 @@ def _check_fabric_addresses(cluster: Cluster, subnets: list[IPNetwork | None], m
                                 f"the fabric address of {label}; set ansible_host to the node's management "
                                 "address (enP7s7), not a fabric one.")
             holders.setdefault(parsed, []).append(f"{node.name} ({label})")
-    for ip, users in holders.items():
+    for address, users in holders.items():
         if len(users) > 1:
-            problems.append(f"{_PREFIX}fabric address {ip} is used by {' and '.join(users)}; "
+            problems.append(f"{_PREFIX}fabric address {address} is used by {' and '.join(users)}; "
                             "give every node and twin its own fabric address.")
 
 
@@ -503,8 +504,10 @@ def cluster_from_hostvars(names: list[str], hostvars: dict, head_names: list[str
     if len(lists) == 3 and len({len(value) for value in lists.values()}) != 1:
         problems.append(
             f"{_PREFIX}the twin lists differ in length: {len(lists['sparkserve_fabric_interfaces'])} interfaces, "
-            f"{len(lists['sparkserve_rdma_devices'])} RDMA devices, {len(lists['sparkserve_fabric_subnets'])} subnets; "
-            "give sparkserve_fabric_interfaces, sparkserve_rdma_devices and sparkserve_fabric_subnets one entry per twin."
+            f"{len(lists['sparkserve_rdma_devices'])} RDMA devices, "
+            f"{len(lists['sparkserve_fabric_subnets'])} subnets; "
+            "give sparkserve_fabric_interfaces, sparkserve_rdma_devices and sparkserve_fabric_subnets "
+            "one entry per twin."
         )
 
     sysfs_root = wide.get("sparkserve_rdma_sysfs_root", DEFAULT_RDMA_SYSFS_ROOT)
@@ -532,7 +535,8 @@ def cluster_from_hostvars(names: list[str], hostvars: dict, head_names: list[str
             else:
                 fabric_ips = value
         if "sparkserve_fabric_ip" not in variables:
-            missing(name, "sparkserve_fabric_ip", "the node's twin 1 fabric address (the first of sparkserve_fabric_ips)")
+            missing(name, "sparkserve_fabric_ip",
+                    "the node's twin 1 fabric address (the first of sparkserve_fabric_ips)")
         elif fabric_ips and variables["sparkserve_fabric_ip"] != fabric_ips[0]:
             malformed(name, "sparkserve_fabric_ip", variables["sparkserve_fabric_ip"],
                       f"{fabric_ips[0]}, the first of sparkserve_fabric_ips")
@@ -553,6 +557,7 @@ def cluster_from_hostvars(names: list[str], hostvars: dict, head_names: list[str
     if problems:
         raise ValueError("\n".join(problems))
     twins = [Twin(interface=interface, rdma_device=device, subnet=subnet) for interface, device, subnet in zip(
-        lists["sparkserve_fabric_interfaces"], lists["sparkserve_rdma_devices"], lists["sparkserve_fabric_subnets"])]
+        lists["sparkserve_fabric_interfaces"], lists["sparkserve_rdma_devices"], lists["sparkserve_fabric_subnets"],
+        strict=True)]
     return Cluster(nodes=nodes, twins=twins, mtu=mtu, management_subnet=management_subnet,
                    rdma_sysfs_root=str(sysfs_root))

@@ -22,7 +22,7 @@ import posixpath
 import re
 import string
 import sys
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeGuard, Union
 
 GIB = 1024 ** 3
 
@@ -701,6 +701,16 @@ def _is_type(value: Any, kind: str) -> bool:
     raise ValueError("unknown schema type %r" % kind)
 
 
+def _is_number(value: object) -> TypeGuard[Union[int, float]]:
+    """_is_type(value, "number"), telling the type checker so."""
+    return _is_type(value, "number")
+
+
+def _is_count(value: object) -> TypeGuard[int]:
+    """An int (not a bool) above zero."""
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
 def _type_fix(kind: str, value: Any) -> str:
     fix = "it must be %s" % _TYPE_WORDS.get(kind, kind)
     if kind == "str" and isinstance(value, (bool, int, float)):
@@ -796,9 +806,9 @@ class _Checker:
         out: Dict[str, Any] = {}
         for key, sub in options.items():
             here = _join(path, key)
-            given = value.get(key)
-            if given is not None:
-                out[key] = self.field(sub, given, here)
+            item = value.get(key)
+            if item is not None:
+                out[key] = self.field(sub, item, here)
             elif sub.get("required"):
                 self.errors.append("recipe %s: %s is missing; add it (%s)."
                                    % (self.name, here, _summary(sub.get("description", ""))))
@@ -989,7 +999,8 @@ def _file_checks(recipe: Dict[str, Any], name: str, recipes_dir: str, resolved: 
             continue  # reported by the schema check
         full = os.path.join(recipes_dir, rel)
         if not os.path.isfile(full):
-            where = supply.get(rel) if isinstance(supply.get(rel), str) else ""
+            supplied = supply.get(rel)
+            where = supplied if isinstance(supplied, str) else ""
             errors.append("recipe %s: %s names %s, which is not in the recipes folder (%s); put the file there%s."
                           % (name, _label(path, resolved), _show(rel), recipes_dir,
                              (": " + where.strip().rstrip(".")) if where.strip() else ""))
@@ -1013,7 +1024,8 @@ def _cross_checks(recipe: Dict[str, Any], name: str, data: Mapping[str, Any]) ->
     errors: List[str] = []
     if isinstance(recipe.get("name"), str) and recipe["name"] != name:
         errors.append(_message(name, "name", recipe["name"],
-                               "make it %s, the name the recipe is loaded under (recipes/%s.yml)" % (_show(name), name)))
+                               "make it %s, the name the recipe is loaded under (recipes/%s.yml)"
+                               % (_show(name), name)))
 
     launch = _section(recipe, "launch")
     ports: List[Tuple[str, Any]] = [("launch.api_port", launch.get("api_port")),
@@ -1067,7 +1079,8 @@ def _cross_checks(recipe: Dict[str, Any], name: str, data: Mapping[str, Any]) ->
             flag = key.replace("_", "-")
             if flag in owned:
                 errors.append(_message(name, path, value,
-                                       "sparkserve sets --%s from %s; remove it from engine_args" % (flag, owned[flag])))
+                                       "sparkserve sets --%s from %s; remove it from engine_args"
+                                       % (flag, owned[flag])))
                 continue
             errors.extend(_check_arg_value(name, path, value))
 
@@ -1091,7 +1104,7 @@ def _cross_checks(recipe: Dict[str, Any], name: str, data: Mapping[str, Any]) ->
     memory = _section(recipe, "memory")
     guard = _section(memory, "guard")
     floor, gate = guard.get("floor_gib"), memory.get("min_available_gib")
-    if _is_type(floor, "number") and _is_type(gate, "number") and floor >= gate:
+    if _is_number(floor) and _is_number(gate) and floor >= gate:
         errors.append(_message(name, "memory.guard.floor_gib", floor,
                                "it must be below memory.min_available_gib (%s), or the guard stops ranks "
                                "the gate lets start; lower the floor or raise the gate" % _show(gate)))
@@ -1173,7 +1186,7 @@ def validate_for_cluster(recipe: Dict[str, Any], name: str, world_size: int,
     parallel = _section(recipe, "parallel")
     tensor, pipeline = parallel.get("tensor"), parallel.get("pipeline", 1)
     per_node = parallel.get("gpus_per_node", 1)
-    if all(_is_type(v, "int") and v > 0 for v in (tensor, pipeline, per_node)):
+    if _is_count(tensor) and _is_count(pipeline) and _is_count(per_node):
         want, have = tensor * pipeline, world_size * per_node
         if want != have:
             errors.append(
@@ -1352,7 +1365,7 @@ def engine_endpoints(recipe: Mapping[str, Any]) -> Dict[str, Optional[str]]:
 
     SGLang serves /metrics only when started with --enable-metrics.
     """
-    engine = recipe.get("engine")
+    engine = recipe.get("engine", "vllm")
     endpoints: Dict[str, Optional[str]] = dict(ENGINE_ENDPOINTS.get(engine, ENGINE_ENDPOINTS["vllm"]))
     if engine == "sglang":
         args = recipe.get("engine_args") or {}
@@ -1472,7 +1485,7 @@ fields are `null` in the validated recipe.
 
 | field | type | required / default | meaning |
 | --- | --- | --- | --- |
-"""
+"""  # noqa: E501 (recipes/README.md text: its example errors are shown whole, one line each, as printed)
 
 _DOC_TAIL = """
 ## The rendered command line

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple, Union
+from typing import AnyStr, Dict, List, Optional, Tuple, Union
 
 Text = Union[bytes, str]
 
@@ -283,7 +283,7 @@ def apply_hunks(original: bytes, file_patch: FilePatch) -> bytes:
     return b"".join(out)
 
 
-def apply_patch(original: Text, patch: Union[Text, FilePatch]) -> Text:
+def apply_patch(original: AnyStr, patch: Union[Text, FilePatch]) -> AnyStr:
     """Apply one file's unified diff to the original at zero fuzz and zero offset.
 
     Returns the patched content, ``str`` for a ``str`` original and ``bytes`` for bytes.

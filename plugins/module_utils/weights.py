@@ -174,7 +174,7 @@ def _hash_all(root: str, paths: Sequence[str], workers: Optional[int]
     # Largest first, so one big file left for last does not keep the others waiting.
     order = sorted(paths, key=lambda p: _size_or_zero(os.path.join(root, p)), reverse=True)
     with ThreadPoolExecutor(max_workers=min(_workers(workers), len(order))) as pool:
-        done = dict(zip(order, pool.map(one, order)))
+        done = dict(zip(order, pool.map(one, order), strict=True))
     return {relpath: done[relpath] for relpath in paths}
 
 
@@ -249,7 +249,7 @@ def _cacheable(st: os.stat_result, now_ns: int) -> bool:
 
 def files_on_disk(root: str) -> list[str]:
     """Every file under root as a relative POSIX path, bookkeeping left out, sorted."""
-    found = []
+    found: list[str] = []
     for dirpath, dirnames, filenames in os.walk(root):
         rel_dir = os.path.relpath(dirpath, root).replace(os.sep, "/")
         prefix = "" if rel_dir == "." else rel_dir + "/"

@@ -60,6 +60,7 @@ cluster:
 from dataclasses import asdict
 
 from ansible.module_utils.basic import AnsibleModule
+
 from ansible_collections.sparkserve.deploy.plugins.module_utils.cluster import cluster_from_hostvars, validate_cluster
 
 

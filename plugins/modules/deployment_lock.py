@@ -83,7 +83,6 @@ taken_over:
 """
 
 import contextlib
-import errno
 import fcntl
 import json
 import os
@@ -276,7 +275,8 @@ def main() -> None:
     except ValueError as err:
         module.fail_json(msg=str(err), changed=False)
     except OSError as err:
-        module.fail_json(msg=f"could not use the lock of deployment {p['name']} in {p['lock_dir']}: {err}", changed=False)
+        module.fail_json(msg=f"could not use the lock of deployment {p['name']} in {p['lock_dir']}: {err}",
+                         changed=False)
     for warning in outcome.warnings:
         module.warn(warning)
     extra = {"taken_over": outcome.taken_over} if p["state"] == "present" else {}

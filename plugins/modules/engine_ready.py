@@ -151,7 +151,7 @@ class Poll:
     completion: Answer | None = None
 
 
-class EngineDead(Exception):
+class EngineDeadError(Exception):
     """The engine is known dead; carries the message and the result of the poll that showed it."""
 
     def __init__(self, msg: str, result: dict[str, Any]) -> None:
@@ -284,7 +284,7 @@ def dead_reason(poll: Poll, params: dict[str, Any], pattern: re.Pattern[str] | N
 
 def wait_ready(params: dict[str, Any], clock: Callable[[], float] = time.monotonic,
                sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
-    """Poll until the engine is ready or about wait_s seconds passed; raise EngineDead when it is dead."""
+    """Poll until the engine is ready or about wait_s seconds passed; raise EngineDeadError when it is dead."""
     url = urllib.parse.urlsplit(params["url"])
     if url.scheme not in ("http", "https") or not url.netloc:
         raise ValueError(f"url {params['url']!r} is not an http(s) base URL like http://127.0.0.1:8000")
@@ -308,7 +308,7 @@ def wait_ready(params: dict[str, Any], clock: Callable[[], float] = time.monoton
                   "elapsed_s": round(clock() - start, 2), "models": models}
         dead = dead_reason(poll, params, pattern, seen_health_ok, seen_models_ok)
         if dead:
-            raise EngineDead(dead, result)
+            raise EngineDeadError(dead, result)
         if poll.stage == "ready":
             return result
         seen_health_ok = seen_health_ok or poll.health.status == 200
@@ -335,7 +335,7 @@ def main() -> None:
     )
     try:
         result = wait_ready(module.params)
-    except EngineDead as dead:
+    except EngineDeadError as dead:
         module.fail_json(msg=dead.msg, changed=False, **dead.result)
     except re.error as err:
         module.fail_json(msg=f"dead_if_health_body_matches is not a valid regular expression: {err}")

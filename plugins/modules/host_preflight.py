@@ -130,7 +130,8 @@ def mem_available(meminfo: str) -> int:
 
 def own_containers(deployment: str, runner: Runner = run) -> list[str]:
     """Full IDs of this deployment's running containers (none where docker is absent)."""
-    rc, out, _ = runner(["docker", "ps", "--no-trunc", "--quiet", "--filter", f"label=sparkserve.deployment={deployment}"])
+    rc, out, _ = runner(["docker", "ps", "--no-trunc", "--quiet",
+                         "--filter", f"label=sparkserve.deployment={deployment}"])
     return out.split() if rc == 0 else []
 
 
@@ -187,7 +188,8 @@ def port_holders(ports: Sequence[int], runner: Runner = run) -> dict[int, dict[s
         if not port_text.isdigit() or int(port_text) not in ports:
             continue
         users = re.search(r'users:\(\("([^"]+)",pid=(\d+)', line)
-        held[int(port_text)] = {"process": users.group(1), "pid": users.group(2)} if users else {"process": "unknown", "pid": ""}
+        held[int(port_text)] = ({"process": users.group(1), "pid": users.group(2)} if users
+                                else {"process": "unknown", "pid": ""})
     return held
 
 

@@ -280,7 +280,8 @@ def read_tar_member(stream: bytes, path: str) -> bytes:
     raise ValueError(f"docker cp's tar stream holds no {name}")
 
 
-def extract(image: str, paths: Sequence[str], docker: str, runner: Runner) -> tuple[dict[str, bytes], list[str], list[str]]:
+def extract(image: str, paths: Sequence[str], docker: str,
+            runner: Runner) -> tuple[dict[str, bytes], list[str], list[str]]:
     """Read files out of the image through a container that is never started; (contents, errors, warnings)."""
     rc, out, err = runner([docker, "create", "--network", "none", "--entrypoint", "/bin/true", image])
     ids = out.decode("utf-8", "replace").split()

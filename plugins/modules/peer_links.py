@@ -88,7 +88,7 @@ def check(addresses: Sequence[str], mtu: int, ssh_hosts: Sequence[str], timeout_
     probes += [("ssh", h, ssh_argv(h, timeout_s)) for h in ssh_hosts]
     with ThreadPoolExecutor(max_workers=max(1, len(probes))) as pool:
         codes = list(pool.map(lambda probe: runner(probe[2], timeout_s), probes))
-    failed = [(kind, target) for (kind, target, _), rc in zip(probes, codes) if rc != 0]
+    failed = [(kind, target) for (kind, target, _), rc in zip(probes, codes, strict=True) if rc != 0]
     return {
         "unanswered_pings": [target for kind, target in failed if kind == "ping"],
         "unanswered_ssh": [target for kind, target in failed if kind == "ssh"],

@@ -326,7 +326,8 @@ def gather(params: dict[str, Any]) -> dict[str, Any]:
             f"{device['name']} has no RoCE v2 GID for {address}; "
             f"check the address is on {interface_of(device)} (ip addr)"
         )
-        elsewhere = [d["name"] for d in devices if d is not device and d["present"] and v2_index(d, address) is not None]
+        elsewhere = [d["name"] for d in devices
+                     if d is not device and d["present"] and v2_index(d, address) is not None]
         if elsewhere:
             message += f"; it is on {', '.join(elsewhere)}, so devices and addresses may be in different orders"
         problems.append(message)
@@ -334,7 +335,8 @@ def gather(params: dict[str, Any]) -> dict[str, Any]:
         for address in addresses:
             if not any(d["address"] == address for d in devices):
                 problems.append(
-                    f"no RDMA device has a RoCE v2 GID for {address}; check the address is on a fabric interface (ip addr)"
+                    f"no RDMA device has a RoCE v2 GID for {address}; "
+                    "check the address is on a fabric interface (ip addr)"
                 )
 
     netdevs: dict[str, dict[str, Any]] = {}

@@ -16,8 +16,14 @@ description:
     the upstream's daemon excludes C(.sparkserve-*)). A file the upstream does not have yet (rsync's
     C(link_stat) or C(change_dir ... No such file or directory), exit 23) is asked for again every
     O(poll_s) seconds, until O(wait_timeout_s) has passed for that file.
-  - A dropped connection (rsync exit 10, 12, 30 or 35) is retried O(retries) times; the transfer resumes
-    from what was received, kept in C(.sparkserve-partial/) (C(--partial-dir)). C(--inplace) is not used.
+  - Each file is received in place into its own partial file, C(.sparkserve-partial/<name>) beside where
+    it belongs (rsync C(--inplace) on that name), and renamed into place once whole and of the manifest's
+    size. Every byte that arrived is on disk under that known name, however the transfer ends (a dropped
+    connection, a signal, a node losing power), and the next fetch resumes from it with rsync's delta
+    transfer; the upstream never serves it (its daemon excludes C(.sparkserve-*)). A partial file larger
+    than the manifest's size is removed first.
+  - A dropped connection (rsync exit 10, 12, 30 or 35) is retried O(retries) times, each resuming from
+    the partial file.
   - After each file its size is checked against the manifest; a file of another size fails the module
     (the upstream's copy is wrong - run M(sparkserve.deploy.weights_verify) there). Content is checked by
     M(sparkserve.deploy.weights_verify) afterwards.
@@ -104,6 +110,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ansible.module_utils.basic import AnsibleModule
+
 from ansible_collections.sparkserve.deploy.plugins.module_utils.weights import (
     MANIFEST_NAME,
     PARTIAL_DIR,
@@ -175,14 +182,44 @@ def source_url(source: str, relpath: str) -> str:
     return source.rstrip("/") + "/" + relpath
 
 
+def partial_path(root: str, relpath: str) -> str:
+    """Where one file of the folder is received before it is whole: .sparkserve-partial/ beside it."""
+    parts = relpath.split("/")
+    return os.path.join(root, *parts[:-1], PARTIAL_DIR, parts[-1])
+
+
 def rsync_argv(rsync: str, source: str, relpath: str, root: str, bwlimit_kib: int = 0,
                io_timeout_s: int = 300) -> list[str]:
-    """The rsync command that fetches one file of the upstream's folder into root."""
-    argv = [rsync, "--times", "--partial", f"--partial-dir={PARTIAL_DIR}",
-            f"--timeout={io_timeout_s}", f"--contimeout={CONNECT_TIMEOUT_S}"]
+    """The rsync command that receives one file of the upstream's folder, in place, into its partial file."""
+    argv = [rsync, "--times", "--inplace", f"--timeout={io_timeout_s}", f"--contimeout={CONNECT_TIMEOUT_S}"]
     if bwlimit_kib > 0:
         argv.append(f"--bwlimit={bwlimit_kib}")
-    return argv + ["--", source_url(source, relpath), os.path.join(root, *relpath.split("/"))]
+    return argv + ["--", source_url(source, relpath), partial_path(root, relpath)]
+
+
+def prepare_partial(partial: str, final: str, expected: int) -> None:
+    """Make the partial file's folder and pick what the transfer resumes from.
+
+    A file of the wrong size in the final place, with no partial file, becomes the partial file (rsync
+    reuses what of it matches); a partial file already larger than the file can be is dropped.
+    """
+    os.makedirs(os.path.dirname(partial), exist_ok=True)
+    if not os.path.lexists(partial) and os.path.isfile(final):
+        os.replace(final, partial)
+    try:
+        if os.stat(partial).st_size > expected:
+            os.unlink(partial)
+    except FileNotFoundError:
+        pass
+
+
+def settle(partial: str, final: str) -> None:
+    """Put the whole file in its place and remove the partial folder once it is empty."""
+    os.replace(partial, final)
+    try:
+        os.rmdir(os.path.dirname(partial))
+    except OSError:
+        pass  # other files of the folder are still being received
 
 
 def not_there_yet(rc: int, output: str) -> bool:
@@ -208,7 +245,10 @@ def fetch(source: str, root: str, files: Mapping[str, Mapping[str, Any]], plan: 
     started = clock()
     outcome = Outcome()
     for relpath in plan:
-        os.makedirs(os.path.dirname(os.path.join(root, *relpath.split("/"))), exist_ok=True)
+        expected = files[relpath]["size"]
+        final = os.path.join(root, *relpath.split("/"))
+        partial = partial_path(root, relpath)
+        prepare_partial(partial, final, expected)
         argv = rsync_argv(rsync, source, relpath, root, bwlimit_kib, io_timeout_s)
         deadline = clock() + wait_timeout_s
         broken = 0
@@ -229,12 +269,14 @@ def fetch(source: str, root: str, files: Mapping[str, Mapping[str, Any]], plan: 
                 continue
             raise FetchError(f"rsync of {source_url(source, relpath)} failed (exit {rc}): {last_lines(output)}",
                              outcome.fetched)
-        expected = files[relpath]["size"]
-        got = local_sizes(root, [relpath])[relpath]
+        got = os.path.getsize(partial) if os.path.isfile(partial) else None
         if got != expected:
+            if got is not None:
+                os.unlink(partial)  # the upstream's copy is wrong: nothing of it is worth resuming from
             raise FetchError(
                 f"{relpath} came from {source} with size {got}, the manifest says {expected}; the upstream's "
                 "copy is wrong (run weights_verify with remove_corrupt there)", outcome.fetched)
+        settle(partial, final)
         outcome.fetched.append(relpath)
         outcome.bytes_fetched += expected
     outcome.seconds = round(clock() - started, 3)

@@ -114,6 +114,7 @@ import os
 from typing import Any, Optional, Sequence
 
 from ansible.module_utils.basic import AnsibleModule
+
 from ansible_collections.sparkserve.deploy.plugins.module_utils.weights import (
     MANIFEST_NAME,
     describe_corrupt,

@@ -111,7 +111,7 @@ def test_acceptance_per_position_matches(cells: dict[str, dict[str, Any]], concu
     cell = cells[CELLS[concurrency]]
     assert cell["spec_decode"]["drafts"] >= 1000
     _, _, expected = expected_acceptance(OUTPUT_TOKENS[concurrency])
-    for measured, share in zip(cell["metrics"]["acceptance_per_position"], expected):
+    for measured, share in zip(cell["metrics"]["acceptance_per_position"], expected, strict=True):
         assert within(measured, share), (cell["metrics"]["acceptance_per_position"], expected)
 
 

@@ -136,7 +136,8 @@ def test_remove_paths_stays_inside_the_root(tmp_path: Path) -> None:
         build_image.remove_paths(tmp_path, ["/etc/passwd"])
 
 
-def test_build_runs_debootstrap_overlay_and_import(spec_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_build_runs_debootstrap_overlay_and_import(spec_dir: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(build_image, "apt_mirror", lambda: "http://mirror.example/debian")
     calls: list[list[str]] = []
 
@@ -167,7 +168,8 @@ def test_build_runs_debootstrap_overlay_and_import(spec_dir: Path, tmp_path: Pat
     assert not (root / "var" / "lib" / "apt" / "lists" / "index").exists()
 
 
-def test_main_builds_nothing_when_the_image_exists(spec_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_main_builds_nothing_when_the_image_exists(spec_dir: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(build_image, "image_exists", lambda image: True)
     monkeypatch.setattr(build_image, "build", lambda *a, **k: pytest.fail("must not build"))
     assert build_image.main(["--spec", str(spec_dir / "image.yml")]) == 0
@@ -176,18 +178,21 @@ def test_main_builds_nothing_when_the_image_exists(spec_dir: Path, monkeypatch: 
     assert out["image"] == "sparkserve-lab/test:" + out["inputs_hash"][:16]
 
 
-def test_main_dry_run_reports_a_build_without_building(spec_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_main_dry_run_reports_a_build_without_building(spec_dir: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(build_image, "image_exists", lambda image: False)
     monkeypatch.setattr(build_image, "build", lambda *a, **k: pytest.fail("must not build"))
     assert build_image.main(["--spec", str(spec_dir / "image.yml"), "--dry-run"]) == 0
     assert json.loads(capsys.readouterr().out)["built"] is True
 
 
-def test_main_reports_a_failed_step(spec_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_main_reports_a_failed_step(spec_dir: Path, monkeypatch: pytest.MonkeyPatch,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(build_image, "image_exists", lambda image: False)
 
     def broken(*args: object, **kwargs: object) -> str:
-        raise subprocess.CalledProcessError(1, ["debootstrap", "--variant=minbase"], "", "E: Couldn't download packages\n")
+        raise subprocess.CalledProcessError(1, ["debootstrap", "--variant=minbase"], "",
+                                            "E: Couldn't download packages\n")
 
     monkeypatch.setattr(build_image, "build", broken)
     assert build_image.main(["--spec", str(spec_dir / "image.yml"), "--workdir", str(spec_dir / "w")]) == 1
@@ -236,13 +241,15 @@ def test_a_derived_image_is_built_from_its_base_reference(spec_dir: Path) -> Non
     assert docker_build[-1] == str(spec_dir / "engine")
 
 
-def test_main_builds_only_the_missing_images_of_the_chain(spec_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_main_builds_only_the_missing_images_of_the_chain(spec_dir: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
     path = derived_spec(spec_dir)
     spec = build_image.ImageSpec.load(path)
     present = {build_image.image_ref(spec.base)}
     monkeypatch.setattr(build_image, "image_exists", lambda image: image in present)
     built: list[str] = []
-    monkeypatch.setattr(build_image, "build", lambda one, tag, work, runner=None: built.append(one.name) or f"{one.name}:{tag}")
+    monkeypatch.setattr(build_image, "build",
+                        lambda one, tag, work, runner=None: built.append(one.name) or f"{one.name}:{tag}")
     assert build_image.main(["--spec", str(path), "--workdir", str(spec_dir / "w")]) == 0
     assert built == ["sparkserve-lab/engine"]
     assert json.loads(capsys.readouterr().out)["built"] is True

@@ -22,12 +22,14 @@ ENGINE = Path(__file__).resolve().parents[2] / "lab/engine"
 ROOT = ENGINE.parents[1]
 sys.path.insert(0, str(ENGINE))
 
-import make_tiny_model  # noqa: E402 (lab/engine is put on sys.path above)
-from vllm_double import VERSION, cli, generation, weights  # noqa: E402
-from vllm_double.knobs import KnobError, Knobs, read_knobs  # noqa: E402
-from vllm_double.metrics import Metrics  # noqa: E402
-from vllm_double.openai_api import ApiError, parse_request  # noqa: E402
-from sglang import launch_server  # noqa: E402 (the double's SGLang command line)
+import make_tiny_model  # noqa: E402 (imported once lab/engine is on sys.path)
+from sglang import launch_server  # noqa: E402 (imported once lab/engine is on sys.path)
+from vllm_double import VERSION, cli, generation, server, weights  # noqa: E402 (imported once lab/engine is on sys.path)
+from vllm_double.knobs import KnobError, Knobs, read_knobs  # noqa: E402 (imported once lab/engine is on sys.path)
+from vllm_double.logs import Logger  # noqa: E402 (imported once lab/engine is on sys.path)
+from vllm_double.metrics import Metrics  # noqa: E402 (imported once lab/engine is on sys.path)
+from vllm_double.openai_api import ApiError, parse_request  # noqa: E402 (imported once lab/engine is on sys.path)
+from vllm_double.state import EngineState  # noqa: E402 (imported once lab/engine is on sys.path)
 
 VLLM = ENGINE / "bin/vllm"
 MIB = 1024 * 1024
@@ -271,16 +273,56 @@ def test_no_shards_at_all(tmp_path: Path) -> None:
         weights.load_model(tmp_path / "nope", 0, lambda _: None)
 
 
-def test_reads_are_rate_limited(tmp_path: Path) -> None:
+class FakeClock:
+    """time.monotonic and time.sleep of one module: the clock moves only when the code sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.sleeps: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        assert seconds > 0
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+def test_reads_are_rate_limited(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     [shard] = make_tiny_model.make_model(tmp_path / "m", shards=1, shard_mib=4)
     header = weights.read_header(shard)
+    size = shard.stat().st_size
     started = time.monotonic()
-    assert weights.read_shard(header, 40.0) == shard.stat().st_size
-    elapsed = time.monotonic() - started
-    assert 0.09 <= elapsed < 0.5
-    started = time.monotonic()
-    weights.read_shard(header, 0)
-    assert time.monotonic() - started < 0.09
+    assert weights.read_shard(header, 40.0) == size
+    assert time.monotonic() - started >= size / (40.0 * MIB)  # 4 MiB at 40 MiB/s: not faster than 0.1 s
+
+    clock = FakeClock()
+    monkeypatch.setattr(weights, "time", clock)
+    assert weights.read_shard(header, 40.0) == size
+    # Paced all along (a sleep after each 1 MiB chunk read), and just to the rate: no slower.
+    assert len(clock.sleeps) == -(-size // MIB) and clock.now - 1000.0 == pytest.approx(size / (40.0 * MIB))
+    clock.sleeps.clear()
+    assert weights.read_shard(header, 0) == size
+    assert clock.sleeps == []  # no limit: no sleep at all
+
+
+def test_a_request_steps_out_when_due_and_not_later(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The timed steps of test_timings_concurrency_api_key_and_sources, on a clock that moves only by sleeps."""
+    knobs = Knobs(ttft_base_ms=150, ttft_per_1k_ms=100, itl_ms=20)
+    log = Logger(0)
+    metrics = Metrics("tiny", 0)
+    api = server.Api(cli.parse_args(["serve", "/m"]), knobs, EngineState(1, log), metrics, log, 2048)
+    req = parse_request({"prompt": "word " * 500, "max_tokens": 11, "ignore_eos": True}, False, ("tiny",), 2048, 0)
+    tokens, finish, steps = api.plan(req)
+    assert len(tokens) == 11 and finish == "length" and [s.tokens for s in steps] == [1] * 11
+    clock = FakeClock()
+    monkeypatch.setattr(server, "time", clock)
+    out = [(clock.now - 1000.0, step) for step in api.run_steps(req, steps)]
+    # TTFT = 150 ms + 100 ms per 1000 prompt tokens x 500 = 200 ms, then one step every 20 ms.
+    assert [at for at, _ in out] == pytest.approx([0.200 + 0.020 * i for i in range(11)])
+    assert [step for _, step in out] == steps and len(clock.sleeps) == 11
+    assert "vllm:generation_tokens_total{model_name=\"tiny\",engine=\"0\"} 11.0" in metrics.render()
 
 
 # --- generated text, schedule, metrics ---------------------------------------

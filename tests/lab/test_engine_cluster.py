@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -24,7 +25,7 @@ import pytest
 ENGINE = Path(__file__).resolve().parents[2] / "lab/engine"
 sys.path.insert(0, str(ENGINE))
 
-import make_tiny_model  # noqa: E402 (lab/engine is put on sys.path above)
+import make_tiny_model  # noqa: E402 (imported once lab/engine is on sys.path)
 
 VLLM = ENGINE / "bin/vllm"
 FAST = {"VLLM_DOUBLE_TTFT_BASE_MS": "5", "VLLM_DOUBLE_TTFT_PER_1K_MS": "0", "VLLM_DOUBLE_ITL_MS": "1",
@@ -56,7 +57,7 @@ class Rank:
     def text(self) -> str:
         return self.log.read_text(encoding="utf-8", errors="replace")
 
-    def wait(self, timeout: float = 10) -> int:
+    def wait(self, timeout: float = 30) -> int:
         return self.proc.wait(timeout=timeout)
 
     def stop(self) -> None:
@@ -112,7 +113,7 @@ class Cluster:
         status, data = self.request("POST", path, body, **kwargs)
         return status, json.loads(data) if data else None
 
-    def wait_health(self, status: int = 200, timeout: float = 10) -> None:
+    def wait_health(self, status: int = 200, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
         last: Any = None
         while time.monotonic() < deadline:
@@ -169,7 +170,7 @@ def metric(text: bytes, name: str, **labels: str) -> float:
     raise AssertionError("no %s %s in\n%s" % (name, labels, text.decode()))
 
 
-def eventually(condition: Callable[[], bool], cluster: Cluster, timeout: float = 5) -> None:
+def eventually(condition: Callable[[], bool], cluster: Cluster, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
@@ -177,7 +178,7 @@ def eventually(condition: Callable[[], bool], cluster: Cluster, timeout: float =
         time.sleep(0.05)
 
 
-def exits_nonzero_with(rank: Rank, text: str, timeout: float = 10) -> None:
+def exits_nonzero_with(rank: Rank, text: str, timeout: float = 30) -> None:
     code = rank.wait(timeout)
     assert code not in (0, None), rank.text()
     assert text in rank.text(), rank.text()
@@ -189,7 +190,7 @@ def exits_nonzero_with(rank: Rank, text: str, timeout: float = 10) -> None:
 def test_two_ranks_serve_stream_count_and_die_like_vllm(cluster_factory: Any) -> None:
     cluster: Cluster = cluster_factory(2, {"VLLM_DOUBLE_ACCEPT": "1,1,0"})
     worker = cluster.start(1)  # workers first, as the seeds start them
-    time.sleep(0.3)
+    eventually(lambda: "waiting for the head" in worker.text(), cluster)  # it runs, and retries the head
     head = cluster.start(0, "--speculative-config", '{"method":"ngram","num_speculative_tokens":3}')
     cluster.wait_health(200)
     assert "joined the head at 127.0.0.1:%d as node rank 1 of 2" % cluster.master_port in worker.text()
@@ -268,58 +269,71 @@ def test_a_worker_without_a_head_gives_up_after_the_join_timeout(cluster_factory
     cluster: Cluster = cluster_factory(2, {"VLLM_DOUBLE_JOIN_TIMEOUT_S": "1"})
     started = time.monotonic()
     worker = cluster.start(1)
+    # Within exits_nonzero_with's 30 s: far below the default join timeout of 120 s, so the knob is honoured.
     exits_nonzero_with(worker, "could not reach the head at 127.0.0.1:%d" % cluster.master_port)
-    assert 1.0 <= time.monotonic() - started < 5
+    assert time.monotonic() - started >= 1.0  # not before the join timeout
     assert "waiting for the head" in worker.text()
 
 
 def test_a_head_without_its_workers_gives_up_after_the_ready_timeout(cluster_factory: Any) -> None:
-    cluster: Cluster = cluster_factory(3, {"VLLM_ENGINE_READY_TIMEOUT_S": "0.5"})
+    cluster: Cluster = cluster_factory(3, {"VLLM_ENGINE_READY_TIMEOUT_S": "2"})
+    worker = cluster.start(2)  # already retrying (every 0.2 s) when the head starts: it joins well in time
+    eventually(lambda: "waiting for the head" in worker.text(), cluster)
     head = cluster.start(0)
-    cluster.start(2)
-    exits_nonzero_with(head, "engine not ready after 0.5 s (VLLM_ENGINE_READY_TIMEOUT_S); "
+    exits_nonzero_with(head, "engine not ready after 2 s (VLLM_ENGINE_READY_TIMEOUT_S); "
                              "still waiting for node ranks [1]")
+    assert "node rank 2 joined" in head.text()
 
 
 def stops_on_sigterm(rank: Rank) -> None:
-    started = time.monotonic()
     rank.proc.send_signal(signal.SIGTERM)
-    assert rank.wait() == 0
-    assert time.monotonic() - started < 1.0
+    assert rank.wait() == 0  # within Rank.wait's 30 s
     assert "received SIGTERM; shutting down" in rank.text()
 
 
 def test_sigterm_stops_a_worker_and_a_busy_head_with_exit_0(cluster_factory: Any) -> None:
     pair: Cluster = cluster_factory(2)
-    pair.start(0)
+    pair_head = pair.start(0)
     worker = pair.start(1)
     pair.wait_health(200)
     stops_on_sigterm(worker)
-    single: Cluster = cluster_factory(1)
+    assert "worker stopped (exit 0)" in worker.text() and "lost the head" not in worker.text()
+    assert pair_head.proc.poll() is None  # the worker stopped on its signal, not because its head went away
+    # 4000 steps of 10 ms: the request would run 40 s, longer than Rank.wait gives the head to exit.
+    single: Cluster = cluster_factory(1, {"VLLM_DOUBLE_ITL_MS": "10"})
     head = single.start(0)
     single.wait_health(200)
+    outcome: list[Any] = []
+
     def long_request() -> None:
         try:
-            single.post("/v1/completions", {"prompt": "go on", "max_tokens": 4000, "ignore_eos": True})
-        except OSError:
-            pass  # the head went away mid-request, as intended
+            outcome.append(single.post("/v1/completions", {"prompt": "go on", "max_tokens": 4000,
+                                                           "ignore_eos": True}))
+        except OSError as exc:
+            outcome.append(exc)  # the head went away mid-request, as intended
 
-    threading.Thread(target=long_request, daemon=True).start()  # the stop must not wait for it (4000 steps of 1 ms)
+    client = threading.Thread(target=long_request, daemon=True)
+    client.start()
     eventually(lambda: b'vllm:num_requests_running{model_name="tiny",engine="0"} 1.0'
                in single.get("/metrics")[1], single)
-    stops_on_sigterm(head)
+    stops_on_sigterm(head)  # the stop must not wait for the request
+    client.join(30)
+    assert len(outcome) == 1 and isinstance(outcome[0], OSError), outcome  # cut off, never answered
 
 
 def test_a_silent_worker_is_lost_after_the_heartbeat_timeout(cluster_factory: Any) -> None:
-    cluster: Cluster = cluster_factory(2, {"VLLM_DOUBLE_HEARTBEAT_TIMEOUT_S": "0.8"})
+    cluster: Cluster = cluster_factory(2, {"VLLM_DOUBLE_HEARTBEAT_S": "0.1", "VLLM_DOUBLE_HEARTBEAT_TIMEOUT_S": "0.8"})
     head = cluster.start(0)
     worker = cluster.start(1)
     cluster.wait_health(200)
-    time.sleep(1.2)  # longer than the timeout: heartbeats keep both sides alive
-    assert cluster.get("/health")[0] == 200 and worker.proc.poll() is None
+    until = time.monotonic() + 1.2  # at least longer than the timeout: heartbeats keep both sides alive
+    while time.monotonic() < until:
+        assert cluster.get("/health")[0] == 200 and worker.proc.poll() is None, cluster.logs_text()
+        time.sleep(0.05)
+    assert cluster.get("/health")[0] == 200 and worker.proc.poll() is None, cluster.logs_text()
     worker.proc.send_signal(signal.SIGSTOP)  # alive but silent, like a hung rank
     try:
-        cluster.wait_health(503, timeout=5)
+        cluster.wait_health(503)
     finally:
         worker.proc.send_signal(signal.SIGCONT)
     assert "node rank 1 is gone (no heartbeat)" in json.loads(cluster.get("/health")[1])["error"]
@@ -374,26 +388,42 @@ def test_timings_concurrency_api_key_and_sources(cluster_factory: Any) -> None:
     events = list(cluster.stream("/v1/completions", body, headers=key))
     times = [t for t, event in events if event != "[DONE]" and event["choices"] and event["choices"][0]["text"]]
     assert len(times) == 11
-    ttft = times[0] - sent
-    gaps = [b - a for a, b in zip(times, times[1:])]
-    assert abs(ttft - 0.200) <= 0.020, ttft
-    assert abs(sum(gaps) / len(gaps) - 0.020) <= 0.002, gaps
+    # Token i is due 200 ms + i x 20 ms after the request: none arrives before (1 ms for float rounding). The
+    # schedule's exact times and their pacing are checked without a wall clock in test_engine.py.
+    early = [(i, t - sent) for i, t in enumerate(times) if t - sent < 0.200 + 0.020 * i - 0.001]
+    assert early == [], early
+    assert all(b >= a for a, b in pairwise(times))
 
-    results: list[float] = []
+    answered: list[int] = []
 
     def one() -> None:
-        started = time.monotonic()
         status, answer = cluster.post("/v1/completions", body, headers=key)
         assert status == 200 and answer["usage"]["completion_tokens"] == 11
-        results.append(time.monotonic() - started)
+        answered.append(status)
 
-    started = time.monotonic()
     threads = [threading.Thread(target=one) for _ in range(4)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert len(results) == 4 and time.monotonic() - started < 0.6  # four 0.4 s requests at once, not in turn
+    assert len(answered) == 4
+
+    # Four requests at once, not in turn: four streams of 2000 steps of 20 ms (40 s) that the test holds open
+    # until the engine counts all four running together. Run in turn, the first would keep the rest waiting
+    # past eventually's 30 s.
+    held = []
+    for _ in range(4):
+        conn = http.client.HTTPConnection("127.0.0.1", cluster.port, timeout=10)
+        conn.request("POST", "/v1/completions", headers={"Content-Type": "application/json", **key},
+                     body=json.dumps({"prompt": "go on", "max_tokens": 2000, "ignore_eos": True,
+                                      "stream": True}).encode())
+        held.append(conn)
+    try:
+        eventually(lambda: metric(cluster.get("/metrics")[1], "vllm:num_requests_running") == 4, cluster)
+    finally:
+        for conn in held:
+            conn.close()
+    eventually(lambda: metric(cluster.get("/metrics")[1], "vllm:num_requests_running") == 0, cluster)
 
     status, answer = cluster.post("/v1/chat/completions", {"model": "tiny", "max_tokens": 2, "ignore_eos": True,
                                                            "messages": [{"role": "user", "content": "hi"}]},

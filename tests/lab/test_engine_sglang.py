@@ -22,10 +22,9 @@ import pytest
 ENGINE = Path(__file__).resolve().parents[2] / "lab/engine"
 sys.path.insert(0, str(ENGINE))
 
-import make_tiny_model  # noqa: E402 (lab/engine is put on sys.path above)
-from sglang import launch_server  # noqa: E402
-
-from ansible_collections.sparkserve.deploy.plugins.module_utils import recipe as rc  # noqa: E402
+import make_tiny_model  # noqa: E402 (imported once lab/engine is on sys.path)
+from ansible_collections.sparkserve.deploy.plugins.module_utils import recipe as rc  # noqa: E402 (imported once lab/engine is on sys.path)
+from sglang import launch_server  # noqa: E402 (imported once lab/engine is on sys.path)
 
 FAST = {"VLLM_DOUBLE_TTFT_BASE_MS": "5", "VLLM_DOUBLE_TTFT_PER_1K_MS": "0", "VLLM_DOUBLE_ITL_MS": "1",
         "VLLM_DOUBLE_HEARTBEAT_S": "0.2", "VLLM_DOUBLE_HEARTBEAT_TIMEOUT_S": "3"}
@@ -194,7 +193,13 @@ class Ranks:
         finally:
             conn.close()
 
-    def wait_health(self, status: int, timeout: float = 10) -> None:
+    def wait_log(self, rank: int, text: str, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in self.text(rank):
+            assert time.monotonic() < deadline, "rank %d never logged %r\n%s" % (rank, text, self.text(rank))
+            time.sleep(0.05)
+
+    def wait_health(self, status: int, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
         last: Any = None
         while time.monotonic() < deadline:
@@ -233,7 +238,7 @@ def test_two_ranks_serve_as_sglang_and_die_when_a_rank_goes(ranks_factory: Any) 
     ranks: Ranks = ranks_factory(2, **{"enable-metrics": True, "context-length": 2048,
                                        "speculative-algorithm": "NEXTN", "speculative-num-steps": 3})
     worker = ranks.start(1)  # workers first
-    time.sleep(0.3)
+    ranks.wait_log(1, "waiting for the head")  # it runs, and retries the head
     head = ranks.start(0)
     ranks.wait_health(200)
     assert "SGLang lab double" in ranks.text(0) and "(SGLANG_HOST_IP): 127.0.0.1" in ranks.text(1)
@@ -253,7 +258,13 @@ def test_two_ranks_serve_as_sglang_and_die_when_a_rank_goes(ranks_factory: Any) 
                                                          "messages": [{"role": "user", "content": "hi"}]})
     assert status == 200 and answer["choices"][0]["message"]["role"] == "assistant"
 
-    status, text = ranks.get("/metrics")
+    # The engine counts a request as done once its answer is out: wait until it has counted both.
+    deadline = time.monotonic() + 30
+    while True:
+        status, text = ranks.get("/metrics")
+        if (status != 200 or sample(text, "sglang:num_requests_total") >= 2) or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
     assert status == 200 and b"vllm:" not in text
     assert sample(text, "sglang:prompt_tokens_total") == 6 and sample(text, "sglang:generation_tokens_total") == 8
     assert sample(text, "sglang:num_requests_total") == 2 and sample(text, "sglang:num_running_reqs") == 0
@@ -264,7 +275,7 @@ def test_two_ranks_serve_as_sglang_and_die_when_a_rank_goes(ranks_factory: Any) 
     assert "node rank 1" in json.loads(ranks.get("/health")[1])["error"]
     assert ranks.get("/v1/models")[0] == 200  # the same trap as vLLM's
     head.send_signal(signal.SIGTERM)
-    assert head.wait(timeout=10) == 0
+    assert head.wait(timeout=30) == 0
 
 
 def test_metrics_only_with_enable_metrics(ranks_factory: Any) -> None:

@@ -67,6 +67,19 @@ class Running:
         with urllib.request.urlopen(self.endpoint + "/sparkserve-lab/stats") as response:
             return json.load(response)
 
+    def served(self, expected: int, timeout: float = 30) -> dict[str, Any]:
+        """The stats once bytes_served reaches expected (or the deadline passes).
+
+        A handler counts each block just after writing it, so the client can hold the whole body a moment
+        before the last block is counted.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            stats = self.stats()
+            if stats["bytes_served"] >= expected or time.monotonic() > deadline:
+                return stats
+            time.sleep(0.01)
+
     def reset(self) -> None:
         request = urllib.request.Request(self.endpoint + "/sparkserve-lab/stats/reset", method="POST", data=b"")
         with urllib.request.urlopen(request) as response:
@@ -131,8 +144,9 @@ def test_snapshot_download_is_byte_identical_and_counted(double: Running, model:
     files = model_files(model)
     assert {k: v for k, v in model_files(out).items() if not k.startswith(".cache/")} == files
     total = sum(len(data) for data in files.values())
-    assert double.stats()["bytes_served"] == total
-    assert double.stats()["by_repo"] == {REPO: total}
+    stats = double.served(total)
+    assert stats["bytes_served"] == total
+    assert stats["by_repo"] == {REPO: total}
     snapshot_download(REPO, revision=SHA, local_dir=out, endpoint=double.endpoint, cache_dir=tmp_path / "cache",
                       token=False)
     assert double.stats()["bytes_served"] == total
@@ -180,7 +194,7 @@ def test_range_requests_resume_a_file(double: Running, model: Path) -> None:
     status, headers, body = fetch(url, {"Range": "bytes=1000-"})
     assert status == 206 and body == data[1000:]
     assert headers["Content-Range"] == "bytes 1000-%d/%d" % (len(data) - 1, len(data))
-    assert double.stats()["bytes_served"] == len(data) - 1000
+    assert double.served(len(data) - 1000)["bytes_served"] == len(data) - 1000
     status, _, body = fetch(url, {"Range": "bytes=10-19"})
     assert status == 206 and body == data[10:20]
     status, headers, _ = fetch(url, {"Range": "bytes=%d-" % len(data)})
@@ -215,7 +229,7 @@ def test_client_resumes_after_a_dropped_connection(double: Running, model: Path,
     half = len(data) // 2
     resumed = half - half % (64 * 1024)  # the last whole chunk the client wrote
     assert ranges == [None, "bytes=%d-" % resumed]
-    assert double.stats()["bytes_served"] == half + len(data) - resumed
+    assert double.served(half + len(data) - resumed)["bytes_served"] == half + len(data) - resumed
 
 
 def test_rate_limit_slows_a_response(model: Path) -> None:
@@ -245,9 +259,13 @@ def test_gated_repo_needs_the_token(double: Running, tmp_path: Path) -> None:
 
 def test_log_lines_never_show_the_token(double: Running, capfd: pytest.CaptureFixture[str]) -> None:
     fetch("%s/%s/resolve/%s/config.json" % (double.endpoint, GATED, SHA), {"Authorization": "Bearer " + TOKEN})
-    time.sleep(0.05)  # the handler thread logs after the body
-    err = capfd.readouterr().err
-    assert "GET /%s/resolve/%s/config.json 200" % (GATED, SHA) in err
+    line = "GET /%s/resolve/%s/config.json 200" % (GATED, SHA)
+    err = ""
+    deadline = time.monotonic() + 30
+    while line not in err:  # the handler thread logs after the body: wait for its line
+        assert time.monotonic() < deadline, err
+        time.sleep(0.01)
+        err += capfd.readouterr().err
     assert TOKEN not in err
 
 
@@ -284,7 +302,7 @@ def test_cli_runs_on_the_standard_library_alone(model: Path) -> None:
         assert status == 200 and json.loads(body)["sha"] == SHA
     finally:
         process.terminate()
-        assert process.wait(timeout=5) == 0
+        assert process.wait(timeout=30) == 0
 
 
 def test_an_org_named_like_the_stats_route_is_served(tmp_path: Path) -> None:
@@ -296,6 +314,7 @@ def test_an_org_named_like_the_stats_route_is_served(tmp_path: Path) -> None:
         path = hf_hub_download("sparkserve-lab/tiny-model", "config.json", revision=SHA, endpoint=running.endpoint,
                                cache_dir=str(tmp_path / "cache"))
         assert Path(path).read_bytes() == (model / "config.json").read_bytes()
-        assert running.stats()["by_repo"] == {"sparkserve-lab/tiny-model": len((model / "config.json").read_bytes())}
+        size = len((model / "config.json").read_bytes())
+        assert running.served(size)["by_repo"] == {"sparkserve-lab/tiny-model": size}
     finally:
         running.stop()

@@ -82,7 +82,7 @@ class FakeIp:
                 self.links[new] = self.links.pop(dev)
                 return ""
             case ["route", "replace", "default", *rest]:
-                opts = dict(zip(rest[::2], rest[1::2]))
+                opts = dict(zip(rest[::2], rest[1::2], strict=True))
                 route: dict[str, Any] = {"dst": "default", "dev": opts["dev"]}
                 if "via" in opts:
                     route["gateway"] = opts["via"]

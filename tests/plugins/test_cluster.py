@@ -164,7 +164,8 @@ def test_too_many_fabric_addresses() -> None:
     cluster.nodes[0].fabric_ips.append("192.168.102.1")
     assert problems_of(cluster) == [
         "inventory: spark-a: has 3 fabric addresses (192.168.100.1, 192.168.101.1, 192.168.102.1) for 2 twins; "
-        "give exactly one per twin, in twin order (fabric_ips in a .sparks.yml, sparkserve_fabric_ips in a YAML inventory)."
+        "give exactly one per twin, in twin order "
+        "(fabric_ips in a .sparks.yml, sparkserve_fabric_ips in a YAML inventory)."
     ]
 
 

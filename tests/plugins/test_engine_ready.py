@@ -63,10 +63,10 @@ class Handler(BaseHTTPRequestHandler):
         except OSError:
             pass  # the client gave up (a request timeout under test)
 
-    do_GET = _respond
-    do_POST = _respond
+    do_GET = _respond  # noqa: N815 (http.server's handler name)
+    do_POST = _respond  # noqa: N815 (http.server's handler name)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class names it so
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
         pass
 
 
@@ -98,7 +98,7 @@ def serve() -> Iterator[Callable[..., str]]:
 
 def params(url: str, **changes: Any) -> dict[str, Any]:
     args: dict[str, Any] = {"url": url, "served_name": "tiny", "prompt": "2+2=", "api_key": None,
-                            "wait_s": 5.0, "poll_s": 0.1, "request_timeout_s": 2.0,
+                            "wait_s": 30.0, "poll_s": 0.1, "request_timeout_s": 10.0,
                             "dead_if_health_body_matches": "dead|EngineDeadError"}
     args.update(changes)
     return args
@@ -108,6 +108,21 @@ def run_main(args: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> dict[s
     with patch_module_args(args), pytest.raises(SystemExit):
         er.main()
     return json.loads(capsys.readouterr().out)
+
+
+class FakeClock:
+    """A clock for wait_ready that moves only when it sleeps (or when a test moves it)."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
 
 
 def after(n: int, path: str, change: Callable[[FakeEngine], None]) -> Callable[[FakeEngine, str], None]:
@@ -121,9 +136,9 @@ def after(n: int, path: str, change: Callable[[FakeEngine], None]) -> Callable[[
 def test_a_ready_engine_is_ready_at_once(serve: Callable[..., str]) -> None:
     engine = FakeEngine()
     url = serve(engine)
-    started = time.monotonic()
-    result = er.wait_ready(params(url, api_key="s3cret"))
-    assert time.monotonic() - started < 1
+    clock = FakeClock()
+    result = er.wait_ready(params(url, api_key="s3cret"), clock=clock, sleep=clock.sleep)
+    assert clock.sleeps == [] and result["elapsed_s"] == 0  # at once: the first poll, no wait
     assert result["ready"] is True and result["stage"] == "ready"
     assert result["models"] == ["tiny"]
     assert result["detail"] == "POST /v1/completions: 200, 1 choice ' 4'"
@@ -143,13 +158,17 @@ def test_connection_refused_is_not_up_yet(serve: Callable[..., str]) -> None:
 
 def test_an_engine_that_starts_listening_later_becomes_ready(serve: Callable[..., str]) -> None:
     port = free_port()
-    timer = threading.Timer(0.5, serve, args=(FakeEngine(), port))
-    timer.start()
-    try:
-        result = er.wait_ready(params(f"http://127.0.0.1:{port}", wait_s=5))
-    finally:
-        timer.join()
-    assert result["ready"] is True and 0.4 < result["elapsed_s"] < 2
+    clock = FakeClock()
+
+    def sleep(seconds: float) -> None:
+        clock.sleep(seconds)
+        if len(clock.sleeps) == 5:
+            serve(FakeEngine(), port)  # listening from the sixth poll on
+
+    result = er.wait_ready(params(f"http://127.0.0.1:{port}", wait_s=5), clock=clock, sleep=sleep)
+    # Refused five times, polled again every poll_s, and ready at the first poll after it listens.
+    assert result["ready"] is True and clock.sleeps == [0.1] * 5
+    assert result["elapsed_s"] == pytest.approx(0.5)
 
 
 def test_503_while_loading_then_200(serve: Callable[..., str]) -> None:
@@ -218,7 +237,7 @@ def test_a_completion_5xx_after_health_200_is_a_dead_engine(serve: Callable[...,
         e.health = (503, "")
 
     engine.step = after(1, "/health", dies)
-    with pytest.raises(er.EngineDead) as dead:
+    with pytest.raises(er.EngineDeadError) as dead:
         er.wait_ready(params(serve(engine)))
     assert "then the one-token completion answered 500" in dead.value.msg
     assert "EngineCore encountered an issue" in dead.value.msg
@@ -230,10 +249,10 @@ def test_a_dead_engine_behind_a_live_models_fails_fast(serve: Callable[..., str]
     engine = FakeEngine()
     engine.health = (503, DEAD_BODY)
     url = serve(engine)
-    started = time.monotonic()
-    with pytest.raises(er.EngineDead) as dead:
-        er.wait_ready(params(url, wait_s=20))
-    assert time.monotonic() - started < 1
+    clock = FakeClock()
+    with pytest.raises(er.EngineDeadError) as dead:
+        er.wait_ready(params(url, wait_s=20), clock=clock, sleep=clock.sleep)
+    assert clock.sleeps == [] and engine.count["/health"] == 1  # fast: at the first poll, no wait
     msg = dead.value.msg
     assert msg.startswith(f"engine at {url} is dead behind a live /v1/models: ")
     assert f"GET /health answers 503 with body '{DEAD_BODY}'" in msg
@@ -250,9 +269,10 @@ def test_health_turning_503_after_200_with_models_live_is_dead(serve: Callable[.
         e.health = (503, "Service Unavailable")
 
     engine.step = after(2, "/health", dies)
-    with pytest.raises(er.EngineDead) as dead:
+    with pytest.raises(er.EngineDeadError) as dead:
         er.wait_ready(params(serve(engine), dead_if_health_body_matches=""))
-    assert "GET /health answered 200 earlier, now GET /health answers 503 with body 'Service Unavailable'" in dead.value.msg
+    assert ("GET /health answered 200 earlier, now GET /health answers 503 with body 'Service Unavailable'"
+            in dead.value.msg)
     assert "vllm#53157" in dead.value.msg
 
 
@@ -267,21 +287,40 @@ def test_wait_is_bounded_when_the_engine_never_gets_ready(serve: Callable[..., s
     engine = FakeEngine()
     engine.health = (503, "loading")
     engine.models = (503, "loading")
-    started = time.monotonic()
-    result = er.wait_ready(params(serve(engine), wait_s=1.5, poll_s=0.4))
-    took = time.monotonic() - started
-    assert 1.5 <= took < 2.5
+    url = serve(engine)
+    clock = FakeClock()
+    result = er.wait_ready(params(url, wait_s=1.5, poll_s=0.4), clock=clock, sleep=clock.sleep)
+    # Polls at 0, 0.4, 0.8, 1.2 and, the last sleep cut to the deadline, 1.5 s; then it gives up.
+    assert clock.sleeps == pytest.approx([0.4, 0.4, 0.4, 0.3])
     assert result["ready"] is False and result["stage"] == "health"
-    assert 1.5 <= result["elapsed_s"] < 2.5
-    assert engine.count["/health"] >= 4
+    assert result["elapsed_s"] == 1.5
+    assert engine.count["/health"] == 5
+
+    started = time.monotonic()  # and on the real clock: not before the deadline
+    result = er.wait_ready(params(url, wait_s=1.5, poll_s=0.4))
+    assert time.monotonic() - started >= 1.5
+    assert result["ready"] is False and result["stage"] == "health"
 
 
-def test_a_hanging_engine_is_cut_at_the_deadline(serve: Callable[..., str]) -> None:
+def test_a_hanging_engine_is_cut_at_the_deadline(serve: Callable[..., str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     engine = FakeEngine()
-    engine.hang_s = 10
-    started = time.monotonic()
-    result = er.wait_ready(params(serve(engine), wait_s=1.2, request_timeout_s=10))
-    assert time.monotonic() - started < 2.2
+    engine.hang_s = 60
+    url = serve(engine)
+    clock = FakeClock()
+    timeouts: list[float] = []
+    real_request = er.request
+
+    def timed_request(base: str, method: str, path: str, timeout: float, *args: Any) -> er.Answer:
+        timeouts.append(timeout)
+        answer = real_request(base, method, path, timeout, *args)  # really waits out the timeout
+        clock.now += timeout  # the clock wait_ready reads moves by as much
+        return answer
+
+    monkeypatch.setattr(er, "request", timed_request)
+    result = er.wait_ready(params(url, wait_s=1.2, request_timeout_s=10), clock=clock, sleep=clock.sleep)
+    # One request, given the 1.2 s left rather than its 10 s, then the call ends at the deadline.
+    assert timeouts == [pytest.approx(1.2)] and clock.sleeps == [] and result["elapsed_s"] == 1.2
     assert result["stage"] == "health" and result["detail"].startswith("GET /health: no answer in 1.2 s")
 
 

@@ -27,7 +27,8 @@ class FakeNode:
             return 0, "\n".join(self.containers), ""
         if argv[0] == "nvidia-smi":
             if self.smi_rc:
-                return self.smi_rc, "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n", ""
+                return (self.smi_rc,
+                        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n", "")
             if argv[1].startswith("--query-compute-apps"):
                 return 0, self.apps, ""
             return 0, self.driver, ""
@@ -124,7 +125,8 @@ def test_a_busy_port_names_its_process(node: tuple[FakeNode, dict, Path]) -> Non
         'LISTEN 0 4096 127.0.0.1:9999 0.0.0.0:* users:(("other",pid=1,fd=3))\n'
     )
     result = hp.check(params, fake, str(proc))
-    assert result["problems"] == ["port 8000 is held by nginx (pid 777); stop it or choose another port in the recipe (launch.*_port)."]
+    assert result["problems"] == [
+        "port 8000 is held by nginx (pid 777); stop it or choose another port in the recipe (launch.*_port)."]
     assert result["port_holders"] == {"8000": {"process": "nginx", "pid": "777"}}
 
 

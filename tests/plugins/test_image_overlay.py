@@ -106,7 +106,8 @@ def test_unreadable_patches_are_refused() -> None:
 
 def test_split_patch_keys_by_target_path() -> None:
     sql_old, sql_new = "-- a comment\nselect 1;\n", "select 1;\n"  # removing "-- ..." reads "--- ..."
-    multi = ("diff --git a/vllm/s.py b/vllm/s.py\nindex 1..2 100644\n" + make_patch(SAMPLER, SAMPLER_PATCHED, "vllm/s.py")
+    multi = ("diff --git a/vllm/s.py b/vllm/s.py\nindex 1..2 100644\n"
+             + make_patch(SAMPLER, SAMPLER_PATCHED, "vllm/s.py")
              + make_patch(sql_old, sql_new, "q.sql") + make_patch(MODEL, MODEL_PATCHED, "vllm/m.py"))
     parts = ud.split_patch(multi)
     assert list(parts) == ["vllm/s.py", "q.sql", "vllm/m.py"]
@@ -272,7 +273,8 @@ def test_patch_failing_at_zero_fuzz_fails_and_writes_nothing(tmp_path: Path) -> 
         io_mod.converge(IMAGE, str(dest), files, runner=docker)
     docker.check_safe()
     (message,) = err.value.errors
-    assert message.startswith(f"{MODEL_PY}: the patch does not apply at zero fuzz to the original (sha256 {sha(drifted)})")
+    assert message.startswith(f"{MODEL_PY}: the patch does not apply at zero fuzz to the original "
+                              f"(sha256 {sha(drifted)})")
     assert "hunk 2 (@@ -28,6 +28,7 @@): line 29: expected 'line 29\\n', found 'line 29 upstream\\n'" in message
     assert tree(dest) == {}
 

@@ -23,7 +23,7 @@ SPARKSERVE_NCCL {"algbw_gbps": 9.1, "busbw_gbps": 9.1, "size_bytes": 16777216, "
 SPARKSERVE_NCCL {"algbw_gbps": 20.4, "busbw_gbps": 20.4, "size_bytes": 536870912, "time_us": 26317.2}
 SPARKSERVE_NCCL {"algbw_gbps": 19.8, "busbw_gbps": 19.8, "size_bytes": 134217728, "time_us": 6778.6}
 SPARKSERVE_NCCL_DONE {"correct": true, "world_size": 2}
-"""
+"""  # noqa: E501 (NCCL's log lines, verbatim)
 
 SOCKET_LOG = """\
 spark-1:812:812 [0] NCCL INFO NET/IB : No device found.

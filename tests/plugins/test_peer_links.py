@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from typing import Sequence
 
 import pytest
@@ -37,18 +36,28 @@ def test_silent_peers_are_named_in_order() -> None:
 
 
 def test_probes_run_at_once() -> None:
+    # Eight probes: each waits until all eight are running. Run in turn (or fewer at a time), the first
+    # would wait in vain, the barrier would break after 30 s, and the check would raise.
+    together = threading.Barrier(8, timeout=30)
+    passed: list[str] = []
+    lock = threading.Lock()
+
     def slow(argv: Sequence[str], timeout_s: int) -> int:
-        time.sleep(0.3)
+        together.wait()
+        with lock:
+            passed.append(argv[-1] if argv[0] == "ping" else argv[-2])
         return 0
 
-    start = time.monotonic()
-    pl.check([f"10.77.1.{n}" for n in range(10, 16)], 9000, ["a", "b"], 5, slow)
-    assert time.monotonic() - start < 0.3 * 3  # eight probes, far less than eight times one
+    result = pl.check([f"10.77.1.{n}" for n in range(10, 16)], 9000, ["a", "b"], 5, slow)
+    assert result == {"unanswered_pings": [], "unanswered_ssh": []}
+    assert sorted(passed) == sorted([f"10.77.1.{n}" for n in range(10, 16)] + ["a", "b"])
 
 
-def test_main_fails_naming_the_silent_peers(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_main_fails_naming_the_silent_peers(monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(pl, "run", lambda argv, timeout_s: 1 if argv[0] == "ping" else 0)
-    with patch_module_args({"addresses": ["10.77.1.12"], "mtu": 9000, "ssh_hosts": ["spark-2"]}), pytest.raises(SystemExit):
+    args = {"addresses": ["10.77.1.12"], "mtu": 9000, "ssh_hosts": ["spark-2"]}
+    with patch_module_args(args), pytest.raises(SystemExit):
         pl.main()
     out = json.loads(capsys.readouterr().out)
     assert out["failed"] is True

@@ -431,7 +431,8 @@ def test_file_overrides_are_checked() -> None:
     assert "without .." in one_error(model(override(path="../x/config.json")))
     assert "without .." in one_error(model(override(source="../../etc/passwd")))
     assert "weight shards are never replaced" in one_error(model(override(path="model-00001-of-00002.safetensors")))
-    assert "it is already model.file_overrides[0].path" in one_error(model(override(), override(path="./generation_config.json")))
+    assert "it is already model.file_overrides[0].path" in one_error(
+        model(override(), override(path="./generation_config.json")))
     assert one_error(model(override(sha256=None))) == (
         "recipe t: model.file_overrides[0].sha256 is missing; set model.file_overrides[0].sha256, or "
         "model.file_overrides[0].sha256_from to the name of an inventory variable that holds it.")
@@ -492,7 +493,8 @@ def test_cluster_size_must_match_the_parallel_sizes() -> None:
 def test_cluster_size_counts_pipeline_and_gpus_per_node() -> None:
     recipe = valid(base(parallel={"tensor": 2, "pipeline": 2, "gpus_per_node": 2}))
     assert rc.validate_for_cluster(recipe, "t", 2, False) == []
-    assert "is 2 × 2 = 4 GPUs but the cluster has 3 nodes × parallel.gpus_per_node 2 = 6 GPUs" in rc.validate_for_cluster(recipe, "t", 3, False)[0]
+    assert ("is 2 × 2 = 4 GPUs but the cluster has 3 nodes × parallel.gpus_per_node 2 = 6 GPUs"
+            in rc.validate_for_cluster(recipe, "t", 3, False)[0])
 
 
 @pytest.mark.parametrize("key", ["load-format", "load_format"])
@@ -668,7 +670,8 @@ def test_endpoints_per_engine() -> None:
     assert rendered(base(), 1)["endpoints"] == {}
     sglang = rendered(base(engine="sglang"), 0)["endpoints"]
     assert sglang == {"health": "/health", "models": "/v1/models", "metrics": None}
-    assert rendered(base(engine="sglang", engine_args={"enable-metrics": True}), 0)["endpoints"]["metrics"] == "/metrics"
+    with_metrics = rendered(base(engine="sglang", engine_args={"enable-metrics": True}), 0)
+    assert with_metrics["endpoints"]["metrics"] == "/metrics"
 
 
 def test_sglang_ranks_take_the_fabric_host_ip() -> None:
@@ -729,8 +732,8 @@ def test_readme_names_every_field() -> None:
     walk(rc.RECIPE_SCHEMA, "")
     assert set(rc.RECIPE_SCHEMA) == {
         "name", "description", "engine", "image", "image_from", "model", "draft_model", "parallel", "launch",
-        "engine_args", "env", "kv_cache", "overlays", "overlays_from", "overlays_repo", "memory", "fabric", "readiness", "host",
-        "bench", "supply",
+        "engine_args", "env", "kv_cache", "overlays", "overlays_from", "overlays_repo", "memory", "fabric", "readiness",
+        "host", "bench", "supply",
     }
 
 

@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
-
-from tests.scripts import load_script
 import yaml
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.sparkserve.deploy.plugins.modules import roce_facts as rf
+from tests.scripts import load_script
 
 LAB_HW = Path(__file__).resolve().parents[2] / "lab/node/rootfs/usr/local/sbin/sparkserve-lab-hw"
 
@@ -84,7 +82,7 @@ def write_netdev(net: Path, ifname: str, mtu: int = 9000, operstate: str = "up")
 def spark(tmp_path: Path, indexes: tuple[int, int] = (3, 3), **first: Any) -> dict[str, Any]:
     """A Spark with both twins; ``first`` overrides write_device for rocep1s0f1. Returns the params."""
     root, net = tmp_path / "infiniband", tmp_path / "net"
-    for position, (name, address) in enumerate(zip(TWINS, ADDRESSES)):
+    for position, (name, address) in enumerate(zip(TWINS, ADDRESSES, strict=True)):
         overrides = first if position == 0 else {}
         write_device(root, name, IFNAMES[name], address, indexes[position], **overrides)
         write_netdev(net, IFNAMES[name])
@@ -226,7 +224,8 @@ def test_a_missing_device_lists_what_exists(tmp_path: Path) -> None:
     write_device(root, "rocep1s0f0", "enp1s0f0np0", "10.77.9.11", 3)
     roce = rf.gather(params_for(root, net))
     (problem,) = roce["problems"]
-    assert problem.startswith(f"rocep1s0f1 is missing: no such RDMA device under {root} (found: roceP2p1s0f1, rocep1s0f0);")
+    assert problem.startswith(f"rocep1s0f1 is missing: no such RDMA device under {root} "
+                              "(found: roceP2p1s0f1, rocep1s0f0);")
     assert roce["devices"][0] == {
         "name": "rocep1s0f1", "present": False, "netdevs": [], "address": "10.77.1.11", "state": None,
         "phys_state": None, "rate": None, "link_layer": None, "gids": [], "gid_index": None,
@@ -265,7 +264,8 @@ def test_reads_the_gid_index_the_lab_wrote(tmp_path: Path) -> None:
     })
     write_netdev(net, "enp1s0f1np1")
     (net / "enp1s0f1np1" / "address").write_text("4c:bb:47:1a:2b:3c\n", encoding="ascii")
-    addresses = {"enp1s0f1np1": ipaddress.IPv4Address("10.77.1.12"), "enP2p1s0f1np1": ipaddress.IPv4Address("10.77.2.12")}
+    addresses = {"enp1s0f1np1": ipaddress.IPv4Address("10.77.1.12"),
+                 "enP2p1s0f1np1": ipaddress.IPv4Address("10.77.2.12")}
     assert hw.write_rdma_tree(config.rdma_root, config.interfaces, addresses, config.hostname, net) == TWINS
 
     roce = rf.gather(params_for(root, net, addresses=["10.77.1.12", "10.77.2.12"]))
@@ -312,7 +312,8 @@ def test_main_returns_problems_when_told_not_to_fail(tmp_path: Path, capsys: pyt
     assert result["ansible_facts"]["sparkserve_roce"]["gid_index"] == 3
 
 
-def test_main_in_check_mode_answers_the_same_and_changes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_main_in_check_mode_answers_the_same_and_changes_nothing(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     params = spark(tmp_path, (4, 3))
     before = sorted((str(p), p.read_bytes() if p.is_file() else b"") for p in tmp_path.rglob("*"))
     plain = run_main(params, capsys)

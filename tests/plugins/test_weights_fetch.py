@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import threading
@@ -62,12 +63,13 @@ def test_plan_refuses_files_not_in_the_manifest() -> None:
 
 def test_rsync_argv() -> None:
     assert wf.rsync_argv("rsync", SOURCE, "sub/tokenizer.json", "/srv/m/rev") == [
-        "rsync", "--times", "--partial", "--partial-dir=.sparkserve-partial", "--timeout=300", "--contimeout=30",
-        "--", f"rsync://10.77.1.11:8730/weights/org/name/{REVISION}/sub/tokenizer.json", "/srv/m/rev/sub/tokenizer.json"]
+        "rsync", "--times", "--inplace", "--timeout=300", "--contimeout=30", "--",
+        f"rsync://10.77.1.11:8730/weights/org/name/{REVISION}/sub/tokenizer.json",
+        "/srv/m/rev/sub/.sparkserve-partial/tokenizer.json"]
     argv = wf.rsync_argv("/usr/bin/rsync", SOURCE.rstrip("/"), "config.json", "/d", bwlimit_kib=1024, io_timeout_s=60)
     assert argv[0] == "/usr/bin/rsync" and "--bwlimit=1024" in argv and "--timeout=60" in argv
-    assert argv[-2:] == [f"rsync://10.77.1.11:8730/weights/org/name/{REVISION}/config.json", "/d/config.json"]
-    assert "--inplace" not in argv
+    assert argv[-2:] == [f"rsync://10.77.1.11:8730/weights/org/name/{REVISION}/config.json",
+                         "/d/.sparkserve-partial/config.json"]
 
 
 def test_not_there_yet() -> None:
@@ -175,9 +177,10 @@ def rsync_daemon(tmp_path: Path) -> Iterator[DaemonFactory]:
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
                 return f"rsync://127.0.0.1:{port}/weights/"
-            except OSError:
+            except OSError as err:
                 if daemons[-1].poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"the rsync daemon did not start: {log.read_text() if log.exists() else ''}")
+                    raise RuntimeError(
+                        f"the rsync daemon did not start: {log.read_text() if log.exists() else ''}") from err
                 time.sleep(0.05)
 
     try:
@@ -225,7 +228,8 @@ def test_fetches_every_file_byte_for_byte(tmp_path: Path, upstream: tuple[Path, 
     out = run_main({"source": source, "path": str(down), "poll_s": 0.05}, capsys)
     assert "failed" not in out, out
     assert out["changed"] is True
-    assert out["fetched"] == ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "sub/tokenizer.json"]
+    assert out["fetched"] == [
+        "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "sub/tokenizer.json"]
     assert out["bytes_fetched"] == 3_500_000 + len(CONTENTS["sub/tokenizer.json"])
     for relpath, data in CONTENTS.items():
         assert (down / relpath).read_bytes() == data
@@ -243,23 +247,32 @@ def test_a_file_that_appears_later_is_waited_for(tmp_path: Path, upstream: tuple
     folder, source = upstream
     write_tree(folder, {"config.json": CONTENTS["config.json"]})
     late = CONTENTS["model-00002-of-00002.safetensors"]
+    asked_before_there = threading.Event()
+    answers: list[int] = []
+
+    def runner(argv: Sequence[str]) -> tuple[int, str]:
+        rc, output = wf.run(argv)
+        answers.append(rc)
+        if wf.not_there_yet(rc, output):
+            asked_before_there.set()
+        return rc, output
 
     def arrive() -> None:
-        time.sleep(1.0)
+        asked_before_there.wait(timeout=60)  # the file appears only once the fetch has asked for it in vain
         (folder / ".model-00002-of-00002.safetensors.tmp").write_bytes(late)
         os.rename(folder / ".model-00002-of-00002.safetensors.tmp", folder / "model-00002-of-00002.safetensors")
 
     contents = {"config.json": CONTENTS["config.json"], "model-00002-of-00002.safetensors": late}
     down = local_copy(tmp_path, contents)
     writer = threading.Thread(target=arrive)
-    started = time.monotonic()
     writer.start()
     try:
-        done = wf.fetch(source, str(down), manifest_of(contents)["files"], list(contents), wait_timeout_s=10, poll_s=0.1)
+        done = wf.fetch(source, str(down), manifest_of(contents)["files"], list(contents), wait_timeout_s=120,
+                        poll_s=0.1, runner=runner)
     finally:
         writer.join()
     assert done.fetched == list(contents)
-    assert time.monotonic() - started >= 1.0
+    assert asked_before_there.is_set() and wf.RSYNC_PARTIAL in answers and answers[-1] == 0
     assert (down / "model-00002-of-00002.safetensors").read_bytes() == late
 
 
@@ -307,6 +320,85 @@ def test_an_interrupted_transfer_resumes_from_the_partial_file(tmp_path: Path, u
     assert not (down / w.PARTIAL_DIR).exists()  # and cleared away
 
 
+def test_a_killed_transfer_keeps_every_byte_it_wrote_under_the_partial_name(
+        tmp_path: Path, upstream: tuple[Path, str]) -> None:
+    """rsync killed outright (as a lost node or a Ctrl-C would) leaves its bytes in .sparkserve-partial/."""
+    folder, source = upstream
+    write_tree(folder, CONTENTS)
+    big = "model-00001-of-00002.safetensors"
+    down = local_copy(tmp_path, CONTENTS)
+    partial = down / w.PARTIAL_DIR / big
+    seen: list[int] = []
+
+    def killed_midway(argv: Sequence[str]) -> tuple[int, str]:
+        # rsync forks its receiver: kill the whole group, as a lost node or a Ctrl-C would.
+        proc = subprocess.Popen(list(argv), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+        deadline = time.monotonic() + 60
+        while not (partial.exists() and partial.stat().st_size >= 262_144):  # an observable byte count
+            assert proc.poll() is None and time.monotonic() < deadline, "rsync wrote no 256 KiB"
+            time.sleep(0.01)
+        seen.append(partial.stat().st_size)
+        os.killpg(proc.pid, signal.SIGKILL)
+        rc = proc.wait()
+        while True:  # until no process of the group is left (the receiver goes with its parent)
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                break
+            assert time.monotonic() < deadline, "rsync's receiver outlived the kill"
+            time.sleep(0.01)
+        return rc, "killed"
+
+    with pytest.raises(wf.FetchError, match=r"failed \(exit -9\)"):
+        wf.fetch(source, str(down), manifest_of(CONTENTS)["files"], [big], bwlimit_kib=256, runner=killed_midway)
+    kept = partial.read_bytes()
+    assert len(kept) >= seen[0] and kept == CONTENTS[big][:len(kept)]
+    assert not (down / big).exists()
+
+    outputs: list[str] = []
+
+    def with_stats(argv: Sequence[str]) -> tuple[int, str]:
+        rc, output = wf.run([argv[0], "--stats", *argv[1:]])
+        outputs.append(output)
+        return rc, output
+
+    assert wf.fetch(source, str(down), manifest_of(CONTENTS)["files"], [big], runner=with_stats).fetched == [big]
+    assert (down / big).read_bytes() == CONTENTS[big] and not (down / w.PARTIAL_DIR).exists()
+    matched = re.search(r"Matched data: ([\d,.]+) bytes", outputs[0])
+    assert matched and int(re.sub(r"\D", "", matched.group(1))) >= seen[0] // 2  # resumed, not started again
+
+
+def test_a_wrong_sized_file_in_place_is_the_basis_of_its_transfer(tmp_path: Path, upstream: tuple[Path, str]) -> None:
+    folder, source = upstream
+    write_tree(folder, CONTENTS)
+    big = "model-00001-of-00002.safetensors"
+    down = local_copy(tmp_path, CONTENTS)
+    (down / big).write_bytes(CONTENTS[big][:2_000_000])  # a truncated copy
+    outputs: list[str] = []
+
+    def with_stats(argv: Sequence[str]) -> tuple[int, str]:
+        rc, output = wf.run([argv[0], "--stats", *argv[1:]])
+        outputs.append(output)
+        return rc, output
+
+    wf.fetch(source, str(down), manifest_of(CONTENTS)["files"], [big], runner=with_stats)
+    assert (down / big).read_bytes() == CONTENTS[big]
+    matched = re.search(r"Matched data: ([\d,.]+) bytes", outputs[0])
+    assert matched and int(re.sub(r"\D", "", matched.group(1))) >= 1_990_000  # all but the last block
+
+
+def test_a_partial_file_larger_than_the_file_is_dropped(tmp_path: Path, upstream: tuple[Path, str]) -> None:
+    folder, source = upstream
+    write_tree(folder, CONTENTS)
+    small = "model-00002-of-00002.safetensors"
+    down = local_copy(tmp_path, CONTENTS)
+    (down / w.PARTIAL_DIR).mkdir()
+    (down / w.PARTIAL_DIR / small).write_bytes(CONTENTS[small] + b"trailing bytes")
+    wf.fetch(source, str(down), manifest_of(CONTENTS)["files"], [small])
+    assert (down / small).read_bytes() == CONTENTS[small]
+
+
 def test_a_wrong_partial_file_still_gives_the_right_result(tmp_path: Path, upstream: tuple[Path, str]) -> None:
     folder, source = upstream
     write_tree(folder, CONTENTS)
@@ -349,11 +441,18 @@ def test_a_relay_chain_passes_files_on_while_receiving(tmp_path: Path, rsync_dae
     got: dict[str, dict[str, float]] = {"b": {}, "c": {}}
     errors: list[BaseException] = []
 
+    c_has_first = threading.Event()
+    first, last = "model-00001-of-00003.safetensors", "model-00003-of-00003.safetensors"
+
     def node(name: str, folder: Path, bwlimit_kib: int) -> None:
         def runner(argv: Sequence[str]) -> tuple[int, str]:
+            if name == "b" and Path(argv[-1]).name == last:
+                c_has_first.wait(timeout=30)  # b holds its last shard back until c has the first from it
             rc, output = wf.run(argv)
             if rc == 0:
                 got[name][Path(argv[-1]).name] = time.monotonic()
+                if name == "c" and Path(argv[-1]).name == first:
+                    c_has_first.set()
             return rc, output
 
         try:
@@ -370,5 +469,5 @@ def test_a_relay_chain_passes_files_on_while_receiving(tmp_path: Path, rsync_dae
     assert errors == []
     for relpath, data in contents.items():
         assert (c / relpath).read_bytes() == data
-    first, last = "model-00001-of-00003.safetensors", "model-00003-of-00003.safetensors"
+    assert c_has_first.is_set()
     assert got["c"][first] < got["b"][last]  # c had the first shard while b was still receiving

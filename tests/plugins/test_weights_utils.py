@@ -197,7 +197,8 @@ def manifest_bytes(manifest: dict[str, Any]) -> int:
     return sum(entry["size"] for entry in manifest["files"].values())
 
 
-@pytest.mark.parametrize("junk", [b"{broken", b"[]", b'{"format": 1, "files": {"config.json": {"ino": "x"}}}', b"\xff\xfe"])
+@pytest.mark.parametrize("junk", [b"{broken", b"[]", b'{"format": 1, "files": {"config.json": {"ino": "x"}}}',
+                                  b"\xff\xfe"])
 def test_a_corrupt_cache_is_ignored(tmp_path: Path, junk: bytes) -> None:
     manifest = make_revision(tmp_path, CONTENTS)
     (tmp_path / w.CACHE_NAME).write_bytes(junk)
@@ -209,7 +210,8 @@ def test_a_corrupt_cache_is_ignored(tmp_path: Path, junk: bytes) -> None:
 def test_a_cache_entry_with_a_wrong_hash_for_another_inode_is_not_trusted(tmp_path: Path) -> None:
     manifest = make_revision(tmp_path, CONTENTS)
     st = (tmp_path / "config.json").stat()
-    entries = {"config.json": {"ino": st.st_ino + 1, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": "b" * 64}}
+    entries = {"config.json": {"ino": st.st_ino + 1, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+                               "sha256": "b" * 64}}
     assert w.save_cache(str(tmp_path), entries)
     assert w.load_cache(str(tmp_path)) == entries
     result = w.verify(str(tmp_path), manifest)

@@ -148,7 +148,8 @@ def test_seed_000_benchmark_and_reference() -> None:
 
 def test_seed_000_needs_four_nodes() -> None:
     recipe = valid("glm53-nvfp4-dflash2-tp4", SUPPLIED["glm53-nvfp4-dflash2-tp4"])
-    assert "4 GPUs but the cluster has 2 nodes" in rc.validate_for_cluster(recipe, "glm53-nvfp4-dflash2-tp4", 2, True)[0]
+    errors = rc.validate_for_cluster(recipe, "glm53-nvfp4-dflash2-tp4", 2, True)
+    assert "4 GPUs but the cluster has 2 nodes" in errors[0]
 
 
 # ------------------------------------------------------------ seed 003
@@ -246,7 +247,7 @@ def test_without_the_supplied_values_the_deployment_is_refused_with_the_list(
     assert rc.variables_named(data) == [variable for _, variable in listed]
     errors = rc.validate_recipe(data, name, variables={})[1]
     assert len(errors) == len(listed)
-    for error, (key, variable) in zip(errors, listed):
+    for error, (key, variable) in zip(errors, listed, strict=True):
         assert error.startswith("recipe %s: %s names the inventory variable %s, which is not set; set it to "
                                 % (name, key, variable))
         assert data["supply"][variable].split()[0] in error  # the recipe's own sentence says where to find it

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -368,39 +369,96 @@ def test_the_loop_stops_once_and_again_only_after_recovery(
 # --- as a program -------------------------------------------------------------
 
 
+class MeminfoFeed:
+    """meminfo_path as a FIFO: the guard gets one sample from the test for each read, when it reads.
+
+    ``wait_for_read`` returns once the guard is taking its next sample, so everything it did with the
+    samples before is done; the test counts samples, not seconds. Each sample is read from a fresh FIFO,
+    put in place before the guard can look again, so two samples never run together.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.made = 0
+        self.guard: subprocess.Popen[str] | None = None
+        self.install()
+
+    def install(self) -> None:
+        self.made += 1
+        fresh = self.path.with_name(f"{self.path.name}.{self.made}")
+        os.mkfifo(fresh)
+        os.replace(fresh, self.path)
+
+    def wait_for_read(self, timeout: float = 60) -> int:
+        """The write end of the FIFO the guard has opened for its next sample."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fd = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO until the guard opens it
+                break
+            except OSError as err:
+                if err.errno != errno.ENXIO:
+                    raise
+            assert self.guard is None or self.guard.poll() is None, "the guard exited"
+            assert time.monotonic() < deadline, "the guard never took its next sample"
+            time.sleep(0.002)
+        self.install()  # the sample after this one comes from a new FIFO
+        return fd
+
+    def give(self, fd: int, available: int, free: int) -> None:
+        try:
+            os.write(fd, meminfo_text(available, free).encode("ascii"))
+        finally:
+            os.close(fd)
+
+    def sample(self, available: int, free: int) -> None:
+        """Wait for the guard's next sample and hand it these values."""
+        self.give(self.wait_for_read(), available, free)
+
+
 def test_the_program_stops_within_samples_plus_one_intervals_and_exits_0_on_sigterm(
     tmp_path: Path,
 ) -> None:
-    meminfo = tmp_path / "meminfo"
+    """Samples, not seconds: the first sample after memory drops sees it (the guard reads meminfo afresh at
+    every sample, an interval apart), and the third low one in a row stops the container."""
+    feed = MeminfoFeed(tmp_path / "meminfo")
     stops = tmp_path / "stops.log"
-    write_meminfo(meminfo, HIGH, HIGH)
     config = base_config(tmp_path, samples=3, interval_s=0.05,
                          stop_command=["sh", "-c", f"echo {{container}} >> {stops}"])
     path = write_config(tmp_path, config)
     guard = subprocess.Popen([sys.executable, str(SCRIPT), "--config", str(path)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    feed.guard = guard
     try:
         assert guard.stdout is not None
         assert "watching MemAvailable and MemFree" in guard.stdout.readline()
-        time.sleep(0.2)  # a few samples above the floor
+        for _ in range(3):
+            feed.sample(HIGH, HIGH)  # a few samples above the floor
+        feed.sample(HIGH, LOW)
+        feed.sample(HIGH, LOW)
+        fd = feed.wait_for_read()  # two low samples are done: no stop yet
         assert not stops.exists()
-        write_meminfo(meminfo, HIGH, LOW)
-        written = time.monotonic()
-        while not stops.exists() or not stops.read_text(encoding="utf-8"):
-            assert time.monotonic() - written < 5, "the guard never stopped the container"
-            time.sleep(0.005)
-        elapsed = time.monotonic() - written
+        feed.give(fd, HIGH, LOW)  # the third
+        fd = feed.wait_for_read()  # and the guard is on to the next: it stopped the container on that one
         assert stops.read_text(encoding="utf-8") == "glm53-r0\n"
-        assert elapsed <= (3 + 1) * 0.05
-        guard.send_signal(signal.SIGTERM)
-        out, err = guard.communicate(timeout=10)
+        feed.give(fd, HIGH, LOW)
+        feed.sample(HIGH, LOW)  # memory stays low
+        waiting = feed.wait_for_read()  # SIGTERM while the guard waits for a sample
+        try:
+            guard.send_signal(signal.SIGTERM)
+            out, err = guard.communicate(timeout=30)
+        finally:
+            os.close(waiting)
     finally:
         if guard.poll() is None:
             guard.kill()
             guard.wait()
     assert guard.returncode == 0
     assert err == ""
-    assert "stopped container glm53-r0" in out
+    lines = out.splitlines()
+    assert [line.split("; ")[-1] for line in lines if "below the floor" in line] == [
+        "below the floor of 8.00 GiB (1/3)", "below the floor of 8.00 GiB (2/3)", "stopped container glm53-r0"]
+    assert "(3/3); stopped container glm53-r0" in out
     assert out.endswith("memguard glm53: terminated; exiting\n")
     assert stops.read_text(encoding="utf-8") == "glm53-r0\n"  # once, while memory stays low
     [event] = events(tmp_path)

@@ -13,14 +13,15 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Iterator
 
 import pytest
-from ansible_collections.sparkserve.deploy.plugins.module_utils import weights
 
+from ansible_collections.sparkserve.deploy.plugins.module_utils import weights
 from tests.scripts import ROOT, load_script
 
 SCRIPT = ROOT / "roles/weights/files/sparkserve-weights-download.py"
@@ -64,6 +65,17 @@ def stats(endpoint: str, reset: bool = False) -> dict[str, Any]:
         return json.load(response)
 
 
+def served(endpoint: str, expected: int, timeout: float = 30) -> int:
+    """bytes_served once it reaches expected (or the deadline passes): the double counts each block just
+    after writing it, so a client can hold the whole body a moment before the last block is counted."""
+    deadline = time.monotonic() + timeout
+    while True:
+        count = int(stats(endpoint)["bytes_served"])
+        if count >= expected or time.monotonic() > deadline:
+            return count
+        time.sleep(0.01)
+
+
 def run(endpoint: str | None, dest: Path, revision: str = SHA, repo: str = REPO,
         token: str | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
@@ -92,7 +104,7 @@ def test_download_writes_the_manifest(endpoint: str, model: Path, tmp_path: Path
     files = model_files(model)
     total = sum(len(data) for data in files.values())
     assert result == {"repo": REPO, "revision": SHA, "files": len(files), "bytes": total, "downloaded": True}
-    assert stats(endpoint)["bytes_served"] == total
+    assert served(endpoint, total) == total
     for rel, data in files.items():
         assert (dest / rel).read_bytes() == data
     text = (dest / download.MANIFEST_NAME).read_text()
@@ -130,7 +142,8 @@ def test_damaged_files_are_fetched_again(endpoint: str, model: Path, tmp_path: P
     assert result["downloaded"] is True
     assert shard.read_bytes() == (model / SHARD).read_bytes()
     assert config.read_bytes() == (model / "config.json").read_bytes()
-    assert stats(endpoint)["bytes_served"] == (model / SHARD).stat().st_size + config.stat().st_size
+    fetched = (model / SHARD).stat().st_size + config.stat().st_size
+    assert served(endpoint, fetched) == fetched
 
 
 def test_a_missing_manifest_is_written_without_fetching(endpoint: str, tmp_path: Path) -> None:

@@ -25,8 +25,7 @@ from .knobs import KnobError, Knobs, read_knobs
 from .logs import Logger
 from .metrics import Metrics
 from .provenance import source_hashes
-from .rendezvous import (Channel, HeadRendezvous, JoinError, join_head, listen, start_heartbeat,
-                         watch_head)
+from .rendezvous import Channel, HeadRendezvous, JoinError, join_head, listen, start_heartbeat, watch_head
 from .server import Api, DoubleHTTPServer
 from .state import EngineState, Phase
 from .weights import MIB, LoadInterrupted, WeightError, load_model

@@ -204,12 +204,12 @@ def _connect_until(addr: str, port: int, deadline: float, log: Logger, stop: thr
             now = time.monotonic()
             if now >= deadline:
                 raise JoinError("could not reach the head at %s:%d within the join timeout "
-                                "(VLLM_DOUBLE_JOIN_TIMEOUT_S): %s" % (addr, port, exc.strerror or exc))
+                                "(VLLM_DOUBLE_JOIN_TIMEOUT_S): %s" % (addr, port, exc.strerror or exc)) from exc
             if now >= next_note:
                 log.info("waiting for the head at %s:%d (%s)" % (addr, port, exc.strerror or exc))
                 next_note = now + 5.0
             if stop.wait(min(0.2, max(0.0, deadline - now))):
-                raise JoinError("stopped while waiting for the head")
+                raise JoinError("stopped while waiting for the head") from None
 
 
 def join_head(addr: str, port: int, rank: int, nnodes: int, timeout_s: float, channel_timeout_s: float,

@@ -25,13 +25,21 @@ from .generation import Step, make_tokens, output_length, request_digest, schedu
 from .knobs import Knobs
 from .logs import Logger
 from .metrics import Metrics
-from .openai_api import (ApiError, GenRequest, chunk_body, models_body, new_request_id, parse_request,
-                         response_body, usage_chunk)
+from .openai_api import (
+    ApiError,
+    GenRequest,
+    chunk_body,
+    models_body,
+    new_request_id,
+    parse_request,
+    response_body,
+    usage_chunk,
+)
 from .provenance import source_hashes
 from .state import EngineState, Phase
 
 
-class EngineDead(Exception):
+class EngineDeadError(Exception):
     """The engine died while a request was running."""
 
 
@@ -77,14 +85,14 @@ class Api:
         return make_tokens(digest, count), finish, steps
 
     def run_steps(self, req: GenRequest, steps: list[Step]) -> Iterator[Step]:
-        """Yield each step when it is due; raise EngineDead if the engine dies meanwhile."""
+        """Yield each step when it is due; raise EngineDeadError if the engine dies meanwhile."""
         started = time.monotonic()
         for number, step in enumerate(steps):
             delay = started + step.at_s - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
             if self.state.phase is Phase.DEAD:
-                raise EngineDead()
+                raise EngineDeadError()
             if number == 0:
                 self.metrics.prefilled(req.prompt_tokens)
             self.metrics.stepped(step)
@@ -163,7 +171,7 @@ class Handler(BaseHTTPRequestHandler):
             return True
         return self.headers.get("Authorization", "") == "Bearer " + key
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
         if not self.authorized():
             self.send_json(401, {"error": "Unauthorized"})
@@ -187,7 +195,7 @@ class Handler(BaseHTTPRequestHandler):
         else:
             self.send_json(404, {"detail": "Not Found"})
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+    def do_POST(self) -> None:
         path = self.path.split("?", 1)[0]
         body = self.read_body()
         if not self.authorized():
@@ -262,7 +270,7 @@ class Handler(BaseHTTPRequestHandler):
         try:
             for _ in api.run_steps(req, steps):
                 pass
-        except EngineDead:
+        except EngineDeadError:
             self.send_error_body(api.dead_error())
             return "abort"
         self.send_json(200, response_body(req, request_id, "".join(tokens), finish, len(tokens)))
@@ -280,7 +288,7 @@ class Handler(BaseHTTPRequestHandler):
                 text = "".join(tokens[sent:sent + step.tokens])
                 sent += step.tokens
                 self.send_event(chunk_body(req, request_id, text, finish if sent == len(tokens) else None))
-        except EngineDead:
+        except EngineDeadError:
             self.send_event(api.dead_error().body())
             self.end_stream()
             return "abort"

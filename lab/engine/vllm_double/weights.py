@@ -40,7 +40,7 @@ class WeightError(Exception):
     """The model folder or one of its shards cannot be loaded."""
 
 
-class LoadInterrupted(Exception):
+class LoadInterrupted(Exception):  # noqa: N818 (a request to stop, like KeyboardInterrupt; not an error)
     """The engine was asked to stop while it was reading weights."""
 
 

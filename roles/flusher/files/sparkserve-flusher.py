@@ -56,7 +56,7 @@ class MeminfoError(Exception):
     """/proc/meminfo cannot be read or lacks Cached or MemAvailable."""
 
 
-class Terminated(Exception):
+class Terminated(Exception):  # noqa: N818 (a signal to unwind, like KeyboardInterrupt; not an error)
     """SIGTERM or SIGINT arrived."""
 
 

@@ -104,7 +104,7 @@ class MeminfoError(Exception):
     """/proc/meminfo could not be read or lacks a watched value."""
 
 
-class Terminated(Exception):
+class Terminated(Exception):  # noqa: N818 (a signal to unwind, like KeyboardInterrupt; not an error)
     """SIGTERM or SIGINT arrived."""
 
 

@@ -46,8 +46,13 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from huggingface_hub import HfApi, snapshot_download
-from huggingface_hub.utils import (GatedRepoError, HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError,
-                                   disable_progress_bars)
+from huggingface_hub.utils import (
+    GatedRepoError,
+    HfHubHTTPError,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+    disable_progress_bars,
+)
 
 MANIFEST_NAME = ".sparkserve-manifest.json"
 MANIFEST_FORMAT = 1
@@ -307,7 +312,7 @@ def run(options: Options) -> dict[str, Any]:
         files, downloaded = sync(options)
     except DownloadError:
         raise
-    except Exception as error:  # every client failure becomes an exit status and one line
+    except Exception as error:  # noqa: BLE001 (every client failure becomes an exit status and one line)
         raise hub_error(error, options, HfApi(endpoint=options.endpoint).endpoint) from None
     return {"repo": options.repo, "revision": options.revision, "files": len(files),
             "bytes": sum(item.size for item in files), "downloaded": downloaded}
