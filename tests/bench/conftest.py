@@ -1,4 +1,4 @@
-"""Fixtures of the bench tests: the lab double in two configurations (see benchdouble.py)."""
+"""Fixtures of the bench tests: the lab double in configuration A (see benchdouble.py)."""
 
 from __future__ import annotations
 
@@ -6,18 +6,11 @@ from typing import Iterator
 
 import pytest
 
-from benchdouble import KNOBS_A, KNOBS_B, SPEC_TOKENS, Double
+from benchdouble import KNOBS_A, SPEC_TOKENS, Double
 
 
 @pytest.fixture(scope="session")
 def double_a(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Double]:
     double = Double(tmp_path_factory.mktemp("double_a"), KNOBS_A, SPEC_TOKENS)
-    yield double
-    double.stop()
-
-
-@pytest.fixture(scope="session")
-def double_b(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Double]:
-    double = Double(tmp_path_factory.mktemp("double_b"), KNOBS_B, SPEC_TOKENS)
     yield double
     double.stop()

@@ -163,6 +163,9 @@ def test_gates_and_context_are_checked() -> None:
     assert context["recipe"] == "r" and context["node_count"] == 2 and context["overlays"] is None
     assert any("not a full 40-character commit" in w for w in warnings)
     assert any("not sha256:" in w for w in warnings)
+    _, missing = build_context(None, {"recipe": "faster", "overlays": []})
+    assert missing == ["context has no model_revision, image_digest, node_count: the results will not say what "
+                       "was measured"]
     with pytest.raises(BenchError, match="time is written by the run itself"):
         build_context({"time": "now"}, {})
     with pytest.raises(BenchError, match="unknown key 'reciep'"):
