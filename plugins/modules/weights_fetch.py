@@ -17,9 +17,9 @@ description:
     C(link_stat) or C(change_dir ... No such file or directory), exit 23) is asked for again every
     O(poll_s) seconds, until O(wait_timeout_s) has passed for that file.
   - Each file is received in place into its own partial file, C(.sparkserve-partial/<name>) beside where
-    it belongs (rsync C(--inplace) on that name), and renamed into place once whole and of the manifest's
-    size. Every byte that arrived is on disk under that known name, however the transfer ends (a dropped
-    connection, a signal, a node losing power), and the next fetch resumes from it with rsync's delta
+    it belongs (rsync C(--inplace) on that name), and renamed into place (mode 0644) once whole and of the
+    manifest's size. Every byte that arrived is on disk under that known name, however the transfer ends (a
+    dropped connection, a signal, a node losing power), and the next fetch resumes from it with rsync's delta
     transfer; the upstream never serves it (its daemon excludes C(.sparkserve-*)). A partial file larger
     than the manifest's size is removed first.
   - A dropped connection (rsync exit 10, 12, 30 or 35) is retried O(retries) times, each resuming from
@@ -213,8 +213,17 @@ def prepare_partial(partial: str, final: str, expected: int) -> None:
         pass
 
 
+WEIGHTS_FILE_MODE = 0o644
+
+
 def settle(partial: str, final: str) -> None:
-    """Put the whole file in its place and remove the partial folder once it is empty."""
+    """Put the whole file in its place, readable by all, and remove the partial folder once it is empty.
+
+    The mode is set here because rsync keeps the mode of a file it resumes in place: one whose transfer was
+    killed keeps the 0600 rsync gave it while receiving, which the node's own rsync daemon (and so the
+    nodes downstream in the relay) could not read.
+    """
+    os.chmod(partial, WEIGHTS_FILE_MODE)
     os.replace(partial, final)
     try:
         os.rmdir(os.path.dirname(partial))

@@ -9,6 +9,7 @@ import re
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import threading
 import time
@@ -363,8 +364,10 @@ def test_a_killed_transfer_keeps_every_byte_it_wrote_under_the_partial_name(
         outputs.append(output)
         return rc, output
 
+    assert stat.S_IMODE(partial.stat().st_mode) == 0o600  # as rsync left it while receiving
     assert wf.fetch(source, str(down), manifest_of(CONTENTS)["files"], [big], runner=with_stats).fetched == [big]
     assert (down / big).read_bytes() == CONTENTS[big] and not (down / w.PARTIAL_DIR).exists()
+    assert stat.S_IMODE((down / big).stat().st_mode) == 0o644  # the node's daemon serves it downstream
     matched = re.search(r"Matched data: ([\d,.]+) bytes", outputs[0])
     assert matched and int(re.sub(r"\D", "", matched.group(1))) >= seen[0] // 2  # resumed, not started again
 
