@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 COLLECTIONS = str(Path(__file__).resolve().parents[1] / "collections")
 if COLLECTIONS not in sys.path:
     sys.path.insert(0, COLLECTIONS)
@@ -12,3 +14,16 @@ if COLLECTIONS not in sys.path:
 ROOT = str(Path(__file__).resolve().parents[1])
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+
+
+@pytest.fixture
+def as_module(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run a module's main() as it runs on a node, whatever else this test process imported.
+
+    Importing any controller code (a filter, the inventory or a callback plugin) marks the whole process as
+    the controller, and from then on a module's warnings go to the controller's display instead of its
+    result. Tests run in any order (pytest-xdist), so the tests of modules reset that mark.
+    """
+    from ansible.module_utils import _internal
+
+    monkeypatch.setattr(_internal, "is_controller", False)

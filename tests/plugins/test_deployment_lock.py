@@ -17,6 +17,9 @@ from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.sparkserve.deploy.plugins.modules import deployment_lock as dl
 
+# Each test may run a module's main(): as on a node (see tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("as_module")
+
 COLLECTIONS = str(Path(__file__).resolve().parents[2] / "collections")
 ALICE = "controller-a pid 1234 at 2026-11-29T23:00Z"
 BOB = "controller-b pid 99 at 2026-11-29T23:05Z"

@@ -14,6 +14,9 @@ from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.sparkserve.deploy.plugins.modules import engine_ready as er
 
+# Each test may run a module's main(): as on a node (see tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("as_module")
+
 Reply = tuple[int, Any]
 ONE_CHOICE = {"object": "text_completion", "choices": [{"index": 0, "text": " 4", "finish_reason": "length"}]}
 DEAD_BODY = "EngineDeadError: rank 1 died"

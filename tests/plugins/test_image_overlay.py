@@ -17,6 +17,9 @@ from ansible.module_utils.testing import patch_module_args
 from ansible_collections.sparkserve.deploy.plugins.module_utils import unified_diff as ud
 from ansible_collections.sparkserve.deploy.plugins.modules import image_overlay as io_mod
 
+# Each test may run a module's main(): as on a node (see tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("as_module")
+
 IMAGE = "registry.example/vllm/vllm-openai@sha256:" + "ab" * 32
 MODEL_PY = "/usr/lib/python3/dist-packages/vllm/model.py"
 SAMPLER_PY = "/usr/lib/python3/dist-packages/vllm/sampler.py"

@@ -11,6 +11,9 @@ from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.sparkserve.deploy.plugins.modules import peer_links as pl
 
+# Each test may run a module's main(): as on a node (see tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("as_module")
+
 
 def test_probes_use_full_mtu_with_dont_fragment_and_batch_ssh() -> None:
     seen: list[list[str]] = []

@@ -12,6 +12,9 @@ from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.sparkserve.deploy.plugins.modules import recipe_render
 
+# Each test may run a module's main(): as on a node (see tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("as_module")
+
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 COMMIT = "76348ddb2be2e35e39ecfc00e75dc07703f4f3d5"
 IMAGE = "registry.example:5000/vllm@sha256:" + "3f" * 32

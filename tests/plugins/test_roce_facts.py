@@ -15,6 +15,9 @@ from ansible.module_utils.testing import patch_module_args
 from ansible_collections.sparkserve.deploy.plugins.modules import roce_facts as rf
 from tests.scripts import load_script
 
+# Each test may run a module's main(): as on a node (see tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("as_module")
+
 LAB_HW = Path(__file__).resolve().parents[2] / "lab/node/rootfs/usr/local/sbin/sparkserve-lab-hw"
 
 V1 = "IB/RoCE v1"

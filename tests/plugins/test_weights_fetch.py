@@ -22,6 +22,9 @@ from ansible.module_utils.testing import patch_module_args
 from ansible_collections.sparkserve.deploy.plugins.module_utils import weights as w
 from ansible_collections.sparkserve.deploy.plugins.modules import weights_fetch as wf
 
+# Each test may run a module's main(): as on a node (see tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("as_module")
+
 REVISION = "00112233445566778899aabbccddeeff00112233"
 CONTENTS = {
     "config.json": b'{"hidden_size": 64}',

@@ -15,6 +15,9 @@ from ansible.module_utils.testing import patch_module_args
 from ansible_collections.sparkserve.deploy.plugins.module_utils import weights as w
 from ansible_collections.sparkserve.deploy.plugins.modules import weights_verify as wv
 
+# Each test may run a module's main(): as on a node (see tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("as_module")
+
 REVISION = "fedcba9876543210fedcba9876543210fedcba98"
 HOUR_AGO_NS = time.time_ns() - 3600 * 10**9
 CONTENTS = {
