@@ -239,27 +239,28 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def measure_double(folder: Path, knobs: dict[str, str], suites: list[dict[str, Any]],
+                   speculative_tokens: int = 0) -> dict[str, Any]:
+    """Start a double with these knobs in folder, run the suites against it, stop it; the results.
+
+    Raises RuntimeError when the double does not start.
+    """
+    double = Double(folder, knobs, speculative_tokens)
+    try:
+        return measure(double.url, suites)
+    finally:
+        double.stop()
+
+
 def main(argv: Sequence[str]) -> int:
     args = parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-client-") as folder:
         try:
-            double = Double(Path(folder) / "a", KNOBS_A, SPEC_TOKENS)
+            accuracy = measure_double(Path(folder) / "a", KNOBS_A, ACCURACY_SUITES, SPEC_TOKENS)
+            ceiling = measure_double(Path(folder) / "fast", KNOBS_FAST, CEILING_SUITE)
         except RuntimeError as exc:
             print("bench-client: %s" % exc, file=sys.stderr)
             return 2
-        try:
-            accuracy = measure(double.url, ACCURACY_SUITES)
-        finally:
-            double.stop()
-        try:
-            fast = Double(Path(folder) / "fast", KNOBS_FAST)
-        except RuntimeError as exc:
-            print("bench-client: %s" % exc, file=sys.stderr)
-            return 2
-        try:
-            ceiling = measure(fast.url, CEILING_SUITE)
-        finally:
-            fast.stop()
 
     rows = accuracy_rows(accuracy)
     busiest = next(c for c in accuracy["cells"] if c["id"] == CELLS[64])

@@ -216,6 +216,21 @@ def local_copy(tmp_path: Path, contents: dict[str, bytes]) -> Path:
     return down
 
 
+def fetch_with_stats(source: str, down: Path, relpath: str) -> tuple[wf.Outcome, int]:
+    """Fetch one file with rsync's --stats; the outcome and the bytes rsync matched in what was already there."""
+    outputs: list[str] = []
+
+    def with_stats(argv: Sequence[str]) -> tuple[int, str]:
+        rc, output = wf.run([argv[0], "--stats", *argv[1:]])
+        outputs.append(output)
+        return rc, output
+
+    done = wf.fetch(source, str(down), manifest_of(CONTENTS)["files"], [relpath], runner=with_stats)
+    matched = re.search(r"Matched data: ([\d,.]+) bytes", outputs[-1])
+    assert matched, outputs[-1]
+    return done, int(re.sub(r"\D", "", matched.group(1)))
+
+
 def run_main(args: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
     with patch_module_args(args), pytest.raises(SystemExit):
         wf.main()
@@ -309,18 +324,10 @@ def test_an_interrupted_transfer_resumes_from_the_partial_file(tmp_path: Path, u
     down = local_copy(tmp_path, CONTENTS)
     (down / w.PARTIAL_DIR).mkdir()
     (down / w.PARTIAL_DIR / big).write_bytes(CONTENTS[big][:1_000_000])  # what a broken-off transfer leaves
-    outputs: list[str] = []
-
-    def with_stats(argv: Sequence[str]) -> tuple[int, str]:
-        rc, output = wf.run([argv[0], "--stats", *argv[1:]])
-        outputs.append(output)
-        return rc, output
-
-    done = wf.fetch(source, str(down), manifest_of(CONTENTS)["files"], [big], runner=with_stats)
+    done, matched = fetch_with_stats(source, down, big)
     assert done.fetched == [big]
     assert (down / big).read_bytes() == CONTENTS[big]
-    matched = re.search(r"Matched data: ([\d,.]+) bytes", outputs[0])
-    assert matched and int(re.sub(r"\D", "", matched.group(1))) == 1_000_000  # the partial file was used
+    assert matched == 1_000_000  # the partial file was used
     assert not (down / w.PARTIAL_DIR).exists()  # and cleared away
 
 
@@ -360,19 +367,12 @@ def test_a_killed_transfer_keeps_every_byte_it_wrote_under_the_partial_name(
     assert len(kept) >= seen[0] and kept == CONTENTS[big][:len(kept)]
     assert not (down / big).exists()
 
-    outputs: list[str] = []
-
-    def with_stats(argv: Sequence[str]) -> tuple[int, str]:
-        rc, output = wf.run([argv[0], "--stats", *argv[1:]])
-        outputs.append(output)
-        return rc, output
-
     assert stat.S_IMODE(partial.stat().st_mode) == 0o600  # as rsync left it while receiving
-    assert wf.fetch(source, str(down), manifest_of(CONTENTS)["files"], [big], runner=with_stats).fetched == [big]
+    done, matched = fetch_with_stats(source, down, big)
+    assert done.fetched == [big]
     assert (down / big).read_bytes() == CONTENTS[big] and not (down / w.PARTIAL_DIR).exists()
     assert stat.S_IMODE((down / big).stat().st_mode) == 0o644  # the node's daemon serves it downstream
-    matched = re.search(r"Matched data: ([\d,.]+) bytes", outputs[0])
-    assert matched and int(re.sub(r"\D", "", matched.group(1))) >= seen[0] // 2  # resumed, not started again
+    assert matched >= seen[0] // 2  # resumed, not started again
 
 
 def test_a_wrong_sized_file_in_place_is_the_basis_of_its_transfer(tmp_path: Path, upstream: tuple[Path, str]) -> None:
@@ -381,17 +381,9 @@ def test_a_wrong_sized_file_in_place_is_the_basis_of_its_transfer(tmp_path: Path
     big = "model-00001-of-00002.safetensors"
     down = local_copy(tmp_path, CONTENTS)
     (down / big).write_bytes(CONTENTS[big][:2_000_000])  # a truncated copy
-    outputs: list[str] = []
-
-    def with_stats(argv: Sequence[str]) -> tuple[int, str]:
-        rc, output = wf.run([argv[0], "--stats", *argv[1:]])
-        outputs.append(output)
-        return rc, output
-
-    wf.fetch(source, str(down), manifest_of(CONTENTS)["files"], [big], runner=with_stats)
+    _, matched = fetch_with_stats(source, down, big)
     assert (down / big).read_bytes() == CONTENTS[big]
-    matched = re.search(r"Matched data: ([\d,.]+) bytes", outputs[0])
-    assert matched and int(re.sub(r"\D", "", matched.group(1))) >= 1_990_000  # all but the last block
+    assert matched >= 1_990_000  # all but the last block
 
 
 def test_a_partial_file_larger_than_the_file_is_dropped(tmp_path: Path, upstream: tuple[Path, str]) -> None:
