@@ -35,7 +35,7 @@ fi
 want=$(cat requirements.txt requirements-dev.txt | sha256sum | cut -c1-16)
 if [ "$(cat .venv/.requirements 2>/dev/null)" != "$want" ]; then
   echo "setup: installing the pinned Python packages into .venv"
-  python3 -m venv .venv
+  [ -x .venv/bin/python ] || python3 -m venv .venv
   .venv/bin/pip install -q --disable-pip-version-check -r requirements-dev.txt
   echo "$want" >.venv/.requirements
 fi
