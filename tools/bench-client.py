@@ -49,8 +49,11 @@ from typing import Any, Sequence
 ROOT = Path(__file__).resolve().parents[1]
 VLLM = ROOT / "lab/engine/bin/vllm"
 BENCH = str(ROOT / "bench")
-if BENCH not in sys.path:
-    sys.path.insert(0, BENCH)
+COLLECTIONS = str(ROOT / "collections")
+# sparkserve_bench, and the collection whose engine adapters name the metrics it reads.
+for _folder in (COLLECTIONS, BENCH):
+    if _folder not in sys.path:
+        sys.path.insert(0, _folder)
 
 # Configuration A: the engine the measurements are checked against.
 TTFT_BASE_MS = 300.0

@@ -81,7 +81,7 @@ def main(argv: Sequence[str]) -> int:
     nccl = load("plugins/module_utils/nccl_probe.py", "nccl_probe")
     node = {"sparkserve_fabric_interfaces": [args.interface], "sparkserve_rdma_devices": args.rdma_devices.split(","),
             "sparkserve_fabric_ip": "127.0.0.1"}
-    fabric = fabric_env(node, "vllm", args.gid_index)
+    fabric = fabric_env(node, "VLLM_HOST_IP", args.gid_index)  # the NCCL probe is no engine; any host-IP name does
     procs = [subprocess.Popen(probe_argv(sys.executable, args.ranks, r, args.port, args.sizes_mib, args.iters),
                               env=rank_env(dict(os.environ), fabric, r, args.net_only),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

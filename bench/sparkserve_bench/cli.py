@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import VERSION
+from . import VERSION, engines
 from .compare import DEFAULT_GATES, Gates, compare, parse_gates, table
 from .errors import BenchError
 from .reference import load_reference, recipe_gates
@@ -28,7 +28,7 @@ from .suites import load_document, load_suites
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sparkserve-bench", description="Benchmark an OpenAI-compatible engine "
-                                     "(vLLM, SGLang) and qualify it against a reference.")
+                                     "(%s) and qualify it against a reference." % ", ".join(engines.names()))
     parser.add_argument("--version", action="version", version=VERSION)
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -38,6 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--suites", required=True, help="YAML/JSON list of suites, or a recipe (bench.suites).")
     run.add_argument("--suite", action="append", default=[], metavar="NAME", help="Run only this suite (repeat).")
     run.add_argument("--out", required=True, help="Where the results JSON goes.")
+    run.add_argument("--engine", choices=engines.names(), help="The deployment's engine (the recipe's engine): "
+                     "/metrics is read by its adapter's metric names (default: the engine whose metrics the first "
+                     "/metrics reading holds).")
     run.add_argument("--context", help="YAML/JSON mapping: recipe, model_revision, image_digest, overlays, "
                      "node_count, notes, extra.")
     run.add_argument("--recipe", help="Context: the recipe name (overrides --context).")
@@ -118,7 +121,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise BenchError("--out %s: the folder %s does not exist" % (args.out, Path(args.out).parent))
     options = RunOptions(base_url=args.base_url, model=args.model, suites=suites, context=context,
                          api_key=args.api_key, seed=args.seed, warmup_requests=args.warmup_requests,
-                         warmup_tokens=args.warmup_tokens, timeout_s=args.timeout, log=log)
+                         warmup_tokens=args.warmup_tokens, timeout_s=args.timeout, log=log, engine=args.engine)
     results = asyncio.run(run_bench(options))
     write_results(args.out, results)
     if not args.quiet:

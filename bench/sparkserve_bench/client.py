@@ -18,8 +18,9 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from .engines import detect_engine, metrics_of
 from .errors import BenchError
-from .promparse import SpecCounters, parse_exposition, server_facts, spec_counters
+from .promparse import EngineMetrics, SpecCounters, parse_exposition
 
 
 @dataclass
@@ -75,6 +76,10 @@ class ServerInfo:
     metrics_available: bool
     spec_decode_metrics: bool
     facts: dict[str, Any]
+    # The engine whose metric names /metrics is read by (None: none known found there), and whether it was
+    # found in the first reading rather than given.
+    engine: EngineMetrics | None = None
+    engine_detected: bool = False
 
 
 def _chunk_text(payload: dict[str, Any]) -> bool:
@@ -152,8 +157,13 @@ class Client:
             raise BenchError("GET %s failed (%s); is it an OpenAI-compatible engine?"
                              % (url, type(exc).__name__ if not str(exc) else exc)) from None
 
-    async def probe(self, model: str) -> ServerInfo:
-        """The served models, the model's context limit and what /metrics offers; BenchError if unusable."""
+    async def probe(self, model: str, engine: str | None = None) -> ServerInfo:
+        """The served models, the model's context limit and what /metrics offers; BenchError if unusable.
+
+        /metrics is read by the metric names of ENGINE's adapter; without ENGINE, by those of the registered
+        engine whose metrics the first reading holds.
+        """
+        given = metrics_of(engine) if engine is not None else None
         status, body = await self._get("/v1/models")
         if status == 401:
             raise BenchError("%s/v1/models answered 401: the engine needs an API key; pass --api-key or set "
@@ -177,19 +187,25 @@ class Client:
         status, body = await self._get("/metrics")
         facts: dict[str, Any] = {}
         spec = False
+        reader = given
         if status == 200:
             families = parse_exposition(body.decode("utf-8", "replace"))
-            facts = server_facts(families)
-            spec = spec_counters(families) is not None
+            if reader is None:
+                reader = detect_engine(families)
+            if reader is not None:
+                facts = reader.server_facts(families)
+                spec = reader.spec_counters(families) is not None
         return ServerInfo(base_url=self.root, models=tuple(sorted(entries)), owned_by=entry.get("owned_by"),
                           max_model_len=max_len if isinstance(max_len, int) else None,
-                          metrics_available=status == 200, spec_decode_metrics=spec, facts=facts)
+                          metrics_available=status == 200, spec_decode_metrics=spec, facts=facts,
+                          engine=reader, engine_detected=given is None and reader is not None)
 
-    async def spec_counters(self) -> SpecCounters | None:
+    async def spec_counters(self, metrics: EngineMetrics) -> SpecCounters | None:
+        """One reading of /metrics by the engine's metric names; None when it has no speculative decoding."""
         status, body = await self._get("/metrics")
         if status != 200:
             return None
-        return spec_counters(parse_exposition(body.decode("utf-8", "replace")))
+        return metrics.spec_counters(parse_exposition(body.decode("utf-8", "replace")))
 
     # --- one request ------------------------------------------------------
 

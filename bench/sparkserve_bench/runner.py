@@ -4,8 +4,9 @@ Order: probe (``/v1/models``, ``/metrics``), refuse cells that do not fit the
 model's context, calibrate tokens per filler word (two tiny requests per API
 that has a cell with a context), warm up (``warmup_requests`` real
 completions, none measured), then block by block (a suite's
-``repetitions``) every cell's ``runs``. Speculative-decoding counters are
-read before and after each run, so only that run's requests count.
+``repetitions``) every cell's ``runs``. Speculative-decoding counters, named
+by the engine's adapter (promparse), are read before and after each run, so
+only that run's requests count.
 
 While a run is measured the client also measures itself: its process CPU
 time against the wall time, and how late its event loop wakes (a 5 ms
@@ -51,7 +52,9 @@ DEFINITIONS = {
     "tpot_ms": "time per output token after the first: (last chunk - first chunk) / (output tokens - 1)",
     "output_tokens": "usage.completion_tokens of the final chunk (stream_options.include_usage); without usage, "
                      "the chunks carrying output",
-    "accept_length": "1 + accepted / drafts, from /metrics counter deltas over the cell's runs",
+    "accept_length": "1 + accepted / drafts, from /metrics counter deltas over the cell's runs; for an engine "
+                     "without draft counters, its accept-length gauge (averaged since it started) as read after "
+                     "the cell",
     "accept_rate": "accepted / draft tokens",
     "acceptance_per_position": "accepted at draft position i / drafts (positions from 1)",
     "statistic": "each metric: the suite's report statistic (median by default) over a block's runs, then the "
@@ -71,6 +74,9 @@ class RunOptions:
     warmup_tokens: int = 128
     timeout_s: float = 600.0
     log: Callable[[str], None] = lambda line: None
+    # The deployment's engine (an adapter's name): /metrics is read by its metric names. None: the registered
+    # engine whose metrics the first /metrics reading holds.
+    engine: str | None = None
 
 
 class LoopMonitor:
@@ -285,7 +291,8 @@ class Runner:
         return {"requests": count, "max_tokens": tokens, "seconds": round(time.perf_counter() - started, 3)}
 
     async def measure(self, cell: Cell, block: int, run: int, nonce: str | None) -> RunSample:
-        before = await self.client.spec_counters() if self.server.spec_decode_metrics else None
+        metrics = self.server.engine if self.server.spec_decode_metrics else None
+        before = await self.client.spec_counters(metrics) if metrics is not None else None
         monitor = LoopMonitor()
         monitor.start()
         cpu0, wall0 = time.process_time(), time.perf_counter()
@@ -298,8 +305,8 @@ class Runner:
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
         await monitor.stop()
         spec = None
-        if before is not None:
-            after = await self.client.spec_counters()
+        if before is not None and metrics is not None:
+            after = await self.client.spec_counters(metrics)
             spec = after.minus(before) if after is not None else None
         return RunSample(block, run, requests, wall, cpu, monitor.lags_s, spec)
 
@@ -361,7 +368,7 @@ async def run_bench(options: RunOptions) -> dict[str, Any]:
     started = time.perf_counter()
     top = max((c.concurrency for s in options.suites for c in s.cells), default=1)
     async with Client(options.base_url, options.api_key, options.timeout_s, connections=max(top, 4)) as client:
-        server = await client.probe(options.model)
+        server = await client.probe(options.model, options.engine)
         check_fit(options.suites, server.max_model_len)
         runner = Runner(options, client, server)
         for api in sorted({c.api for s in options.suites for c in s.cells if c.context > 0}):
@@ -387,7 +394,9 @@ async def run_bench(options: RunOptions) -> dict[str, Any]:
         "context": context,
         "server": {"models": list(server.models), "owned_by": server.owned_by,
                    "max_model_len": server.max_model_len, "metrics_available": server.metrics_available,
-                   "spec_decode_metrics": server.spec_decode_metrics, **server.facts},
+                   "spec_decode_metrics": server.spec_decode_metrics,
+                   "engine": server.engine.engine if server.engine is not None else None,
+                   "engine_detected": server.engine_detected, **server.facts},
         "method": {"prompt_uniqueness": PROMPT_UNIQUENESS, "seed": runner.seed, "warmup": warm,
                    "calibration": {api: cal.as_dict() for api, cal in runner.calibration.items()},
                    "definitions": DEFINITIONS},

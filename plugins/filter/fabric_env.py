@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Mapping
 
 DOCUMENTATION = r"""
@@ -13,14 +14,16 @@ description:
     the engine use the fabric, on both twins of the Spark's port.
   - C(NCCL_IB_GID_INDEX) is detected on the node at each launch (it moves after reboots); pass the
     detected value as O(gid_index), or leave it out to have the key omitted.
-positional: engine
+positional: host_ip_variable, gid_index
 options:
   _input:
     description: The node's host variables (C(hostvars[node])).
     type: dict
     required: true
-  engine:
-    description: The recipe's engine, C(vllm) or C(sglang); it names the host-IP variable.
+  host_ip_variable:
+    description:
+      - The variable that tells the engine the node's own fabric address (C(VLLM_HOST_IP), C(SGLANG_HOST_IP));
+        the engine's adapter names it and the render carries it (C(recipe_engine.host_ip_variable)).
     type: str
     required: true
   gid_index:
@@ -29,7 +32,7 @@ options:
 """
 
 EXAMPLES = r"""
-fabric_env: "{{ hostvars[inventory_hostname] | sparkserve.deploy.fabric_env('vllm') }}"
+fabric_env: "{{ hostvars[inventory_hostname] | sparkserve.deploy.fabric_env(recipe_engine.host_ip_variable) }}"
 """
 
 RETURN = r"""
@@ -38,13 +41,13 @@ _value:
   type: dict
 """
 
-HOST_IP_VARIABLE = {"vllm": "VLLM_HOST_IP", "sglang": "SGLANG_HOST_IP"}
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def fabric_env(node: Mapping[str, Any], engine: str, gid_index: int | None = None) -> dict[str, str]:
+def fabric_env(node: Mapping[str, Any], host_ip_variable: str, gid_index: int | None = None) -> dict[str, str]:
     """The environment that pins a rank's traffic to the fabric."""
-    if engine not in HOST_IP_VARIABLE:
-        raise ValueError(f"fabric_env: engine {engine!r} is not one of {sorted(HOST_IP_VARIABLE)}")
+    if not isinstance(host_ip_variable, str) or not _ENV_NAME.match(host_ip_variable):
+        raise ValueError(f"fabric_env: host_ip_variable {host_ip_variable!r} is not an environment variable name")
     interfaces = list(node.get("sparkserve_fabric_interfaces") or [])
     devices = list(node.get("sparkserve_rdma_devices") or [])
     address = node.get("sparkserve_fabric_ip")
@@ -61,7 +64,7 @@ def fabric_env(node: Mapping[str, Any], engine: str, gid_index: int | None = Non
         "UCX_NET_DEVICES": first,
         "NCCL_IB_HCA": ",".join(devices),
         "NCCL_IB_DISABLE": "0",
-        HOST_IP_VARIABLE[engine]: str(address),
+        host_ip_variable: str(address),
     }
     if gid_index is not None:
         env["NCCL_IB_GID_INDEX"] = str(int(gid_index))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, List
 
-from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe import variables_named
+from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe.validate import variables_named
 
 DOCUMENTATION = r"""
 name: recipe_variables

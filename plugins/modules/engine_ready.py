@@ -6,12 +6,16 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: engine_ready
-short_description: Probe an OpenAI-compatible engine (vLLM) for real readiness, for a bounded time
+short_description: Probe an OpenAI-compatible engine for real readiness, for a bounded time
 version_added: "0.1.0"
 description:
   - Polls the engine for at most about O(wait_s) seconds and reports how far it got. Each poll asks
-    C(GET /health) (must answer 200), C(GET /v1/models) (must list O(served_name)) and sends a
-    one-token C(POST /v1/completions) (must return one choice).
+    the health path (C(GET /health) by default; must answer 200), the model list (C(GET /v1/models);
+    must list O(served_name)) and sends a one-token completion (C(POST /v1/completions); must return
+    one choice). The engine's adapter gives the paths; the engine role passes them from the render.
+  - Watches the deployment's rank containers too (O(containers)), on this node with C(docker) and on
+    the peers over the ssh the access stage set up. A rank whose container has stopped ends the call
+    with RV(stage=rank_stopped) and RV(stopped) (without failing, so the caller can say why).
   - Does not fail because the engine is not ready yet; it returns RV(ready=false) and the caller loops
     (C(until), C(retries)). Connection refused counts as "not up yet".
   - Fails when the engine is known dead. vLLM keeps answering C(/v1/models) with 200 after its engine
@@ -54,10 +58,47 @@ options:
     default: 10
   dead_if_health_body_matches:
     description:
-      - A regular expression (Python C(re.search)). A 5xx answer of C(/health) whose body matches it
+      - A regular expression (Python C(re.search)). A 5xx answer of the health path whose body matches it
         means the engine is dead, and the module fails at once. An empty string turns this check off.
     type: str
     default: "dead|EngineDeadError"
+  health_path:
+    description: The engine's liveness path.
+    type: str
+    default: /health
+  models_path:
+    description: The engine's OpenAI model list.
+    type: str
+    default: /v1/models
+  completions_path:
+    description: The engine's OpenAI completions path.
+    type: str
+    default: /v1/completions
+  containers:
+    description:
+      - The rank containers that must keep running, checked when the call starts and then every
+        O(watch_every_s) seconds. C(host) empty is this node; otherwise C(ssh HOST docker inspect)
+        (BatchMode). A peer that cannot be asked is reported in RV(watch_errors), not as stopped.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      name:
+        description: The container's name.
+        type: str
+        required: true
+      host:
+        description: The node it runs on, as this node's ssh knows it; empty for this node.
+        type: str
+        default: ""
+      rank:
+        description: The rank it runs, for the report.
+        type: int
+        default: 0
+  watch_every_s:
+    description: Seconds between two checks of O(containers).
+    type: float
+    default: 10
 author:
   - sparkserve
 """
@@ -70,7 +111,7 @@ EXAMPLES = r"""
     prompt: "2+2="
     wait_s: 20
   register: __engine
-  until: __engine.ready
+  until: __engine.ready or __engine.stopped | length > 0
   retries: 90
   delay: 0
   check_mode: false
@@ -82,10 +123,22 @@ ready:
   returned: always
   type: bool
 stage:
-  description: The first stage of the last poll that did not pass (C(health), C(models), C(completion)), or C(ready).
+  description:
+    - The first stage of the last poll that did not pass (C(health), C(models), C(completion)), or C(ready),
+      or C(rank_stopped) when a watched container has stopped.
   returned: always
   type: str
   sample: models
+stopped:
+  description: The watched containers found stopped (C(rank), C(host), C(name), C(state), C(exit_code)).
+  returned: always
+  type: list
+  elements: dict
+watch_errors:
+  description: Peers whose containers could not be checked, with the error.
+  returned: always
+  type: list
+  elements: str
 detail:
   description: What the probe that decided RV(stage) got (status code and body, or the error).
   returned: always
@@ -105,6 +158,8 @@ models:
 import http.client
 import json
 import re
+import shlex
+import subprocess
 import time
 import urllib.error
 import urllib.parse
@@ -118,6 +173,8 @@ MAX_BODY = 64 * 1024
 DETAIL_CHARS = 300
 MIN_REQUEST_S = 1.0
 MIN_POLL_S = 0.1
+# How long one check of a watched container may take (docker inspect, or ssh to the peer and docker inspect).
+WATCH_TIMEOUT_S = 10.0
 # The engine runs on the node probed; never send these requests through an http_proxy of the environment.
 OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -200,112 +257,176 @@ def request(base: str, method: str, path: str, timeout: float,
         return Answer(None, error=f"{type(err).__name__}: {err}".rstrip(": "))
 
 
-def listed_models(answer: Answer | None) -> tuple[list[str] | None, str]:
-    """The ids /v1/models lists (None when it gave no list), and why not when it gave none."""
+def listed_models(answer: Answer | None, path: str) -> tuple[list[str] | None, str]:
+    """The ids the model list gives (None when it gave no list), and why not when it gave none."""
     if answer is None:
-        return None, "GET /v1/models: not asked, /health gave no answer"
+        return None, f"GET {path}: not asked, the health path gave no answer"
     if answer.status != 200:
-        return None, answer.describe("GET /v1/models")
+        return None, answer.describe(f"GET {path}")
     try:
         data = json.loads(answer.body)["data"]
     except (ValueError, KeyError, TypeError):
-        return None, f"GET /v1/models: 200 but not an OpenAI model list: {short(answer.body)}"
+        return None, f"GET {path}: 200 but not an OpenAI model list: {short(answer.body)}"
     if not isinstance(data, list):
-        return None, f"GET /v1/models: 200 but data is not a list: {short(answer.body)}"
+        return None, f"GET {path}: 200 but data is not a list: {short(answer.body)}"
     return [str(item["id"]) for item in data if isinstance(item, dict) and "id" in item], ""
 
 
-def completion_problem(answer: Answer) -> str:
+def completion_problem(answer: Answer, path: str) -> str:
     """Why the completion does not count (empty when it returned exactly one choice)."""
     if answer.status != 200:
-        return answer.describe("POST /v1/completions")
+        return answer.describe(f"POST {path}")
     try:
         choices = json.loads(answer.body)["choices"]
     except (ValueError, KeyError, TypeError):
-        return f"POST /v1/completions: 200 but not an OpenAI completion: {short(answer.body)}"
+        return f"POST {path}: 200 but not an OpenAI completion: {short(answer.body)}"
     if not isinstance(choices, list) or len(choices) != 1:
         count = len(choices) if isinstance(choices, list) else "no list of"
-        return f"POST /v1/completions: 200 with {count} choices, want 1: {short(answer.body)}"
+        return f"POST {path}: 200 with {count} choices, want 1: {short(answer.body)}"
     return ""
 
 
 def poll_once(params: dict[str, Any], budget: Callable[[], float]) -> Poll:
-    """Probe /health, /v1/models and a one-token completion; stop at the first stage that fails.
+    """Probe the health path, the model list and a one-token completion; stop at the first stage that fails.
 
-    /v1/models is asked whenever /health answered at all, so a dead engine behind a live
-    /v1/models shows. budget() gives the timeout of the next request.
+    The model list is asked whenever the health path answered at all, so a dead
+    engine behind a live model list shows. budget() gives the timeout of the next request.
     """
     base, key, name = params["url"], params.get("api_key"), params["served_name"]
-    health = request(base, "GET", "/health", budget(), key)
-    models_answer = request(base, "GET", "/v1/models", budget(), key) if health.status is not None else None
-    ids, models_error = listed_models(models_answer)
+    health_path, models_path = params["health_path"], params["models_path"]
+    completions_path = params["completions_path"]
+    health = request(base, "GET", health_path, budget(), key)
+    models_answer = request(base, "GET", models_path, budget(), key) if health.status is not None else None
+    ids, models_error = listed_models(models_answer, models_path)
     if health.status != 200:
-        return Poll("health", health.describe("GET /health"), ids, health, models_answer)
+        return Poll("health", health.describe(f"GET {health_path}"), ids, health, models_answer)
     if ids is None:
         return Poll("models", models_error, ids, health, models_answer)
     if name not in ids:
-        return Poll("models", f"GET /v1/models: 200, lists {ids}, not {name!r}", ids, health, models_answer)
+        return Poll("models", f"GET {models_path}: 200, lists {ids}, not {name!r}", ids, health, models_answer)
     payload = {"model": name, "prompt": params["prompt"], "max_tokens": 1, "temperature": 0}
-    completion = request(base, "POST", "/v1/completions", budget(), key, payload)
-    problem = completion_problem(completion)
+    completion = request(base, "POST", completions_path, budget(), key, payload)
+    problem = completion_problem(completion, completions_path)
     if problem:
         return Poll("completion", problem, ids, health, models_answer, completion)
     text = json.loads(completion.body)["choices"][0]
     shown = text.get("text", "") if isinstance(text, dict) else ""
-    return Poll("ready", f"POST /v1/completions: 200, 1 choice {str(shown)[:DETAIL_CHARS]!r}", ids, health,
+    return Poll("ready", f"POST {completions_path}: 200, 1 choice {str(shown)[:DETAIL_CHARS]!r}", ids, health,
                 models_answer, completion)
 
 
 def dead_reason(poll: Poll, params: dict[str, Any], pattern: re.Pattern[str] | None,
                 seen_health_ok: bool, seen_models_ok: bool) -> str:
     """Why this poll shows a dead engine (empty when it does not)."""
-    base = params["url"]
+    base, health_path, models_path = params["url"], params["health_path"], params["models_path"]
     health = poll.health
     models_live = poll.models_answer is not None and poll.models_answer.status == 200
     fix = "read the ranks' logs for the first error, then tear every rank down and relaunch"
-    health_said = f"GET /health answers {health.status} with body {short(health.body)!r}"
-    behind = " behind a live /v1/models" if models_live else ""
-    still = " while GET /v1/models still answers 200 (vllm#53157: /v1/models alone does not show a dead engine)" \
-        if models_live else ""
+    health_said = f"GET {health_path} answers {health.status} with body {short(health.body)!r}"
+    behind = f" behind a live {models_path}" if models_live else ""
+    still = (f" while GET {models_path} still answers 200 (vllm#53157: the model list alone does not show a "
+             "dead engine)") if models_live else ""
 
     if health.status is not None and health.status >= 500 and pattern is not None and pattern.search(health.body):
         return f"engine at {base} is dead{behind}: {health_said}{still}; {fix}."
     if health.status == 503 and models_live and (seen_health_ok or seen_models_ok):
-        earlier = "GET /health answered 200" if seen_health_ok else "GET /v1/models answered 200"
+        earlier = f"GET {health_path} answered 200" if seen_health_ok else f"GET {models_path} answered 200"
         return (f"engine at {base} is dead{behind}: {earlier} earlier, now {health_said}{still}; {fix}.")
     completion = poll.completion
     if completion is not None and completion.status is not None and completion.status >= 500:
-        again = request(base, "GET", "/health", params["request_timeout_s"], params.get("api_key"))
-        now = again.describe("GET /health now answers")
-        return (f"engine at {base} is dead: GET /health answered 200, then the one-token completion "
+        again = request(base, "GET", health_path, params["request_timeout_s"], params.get("api_key"))
+        now = again.describe(f"GET {health_path} now answers")
+        return (f"engine at {base} is dead: GET {health_path} answered 200, then the one-token completion "
                 f"answered {completion.status} with body {short(completion.body)!r}; {now}; {fix}.")
     return ""
 
 
+# Runs a command and gives its exit status and output; the tests replace it.
+Runner = Callable[[list[str]], tuple[int, str]]
+
+
+def run_command(argv: list[str]) -> tuple[int, str]:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=WATCH_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return 255, f"{type(err).__name__}: {err}"
+    return done.returncode, (done.stdout + done.stderr).strip()
+
+
+def container_argv(container: dict[str, Any]) -> list[str]:
+    """docker inspect of one container, here or on its peer over ssh."""
+    inspect = ["docker", "inspect", "--type", "container", "--format", "{{json .State}}", container["name"]]
+    if not container.get("host"):
+        return inspect
+    return ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={int(WATCH_TIMEOUT_S)}", container["host"], "--",
+            " ".join(shlex.quote(word) for word in inspect)]
+
+
+def check_containers(containers: list[dict[str, Any]], run: Runner) -> tuple[list[dict[str, Any]], list[str]]:
+    """The watched containers that have stopped, and the peers that could not be asked."""
+    stopped: list[dict[str, Any]] = []
+    errors: list[str] = []
+    for container in containers:
+        where = container.get("host") or "this node"
+        status, output = run(container_argv(container))
+        report = {"rank": container.get("rank", 0), "host": container.get("host") or "", "name": container["name"]}
+        if status == 0:
+            try:
+                state = json.loads(output.splitlines()[-1])
+            except (ValueError, IndexError):
+                errors.append(f"{where}: docker inspect {container['name']} gave {short(output)!r}")
+                continue
+            if not state.get("Running"):
+                stopped.append(dict(report, state="exited", exit_code=state.get("ExitCode")))
+        elif "No such" in output:
+            stopped.append(dict(report, state="gone", exit_code=None))
+        else:
+            errors.append(f"{where}: {short(output) or 'exit status %d' % status}")
+    return stopped, errors
+
+
 def wait_ready(params: dict[str, Any], clock: Callable[[], float] = time.monotonic,
-               sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
-    """Poll until the engine is ready or about wait_s seconds passed; raise EngineDeadError when it is dead."""
+               sleep: Callable[[float], None] = time.sleep, run: Runner = run_command) -> dict[str, Any]:
+    """Poll until the engine is ready, a watched rank stopped or about wait_s seconds passed.
+
+    Raises EngineDeadError when the engine is dead.
+    """
     url = urllib.parse.urlsplit(params["url"])
     if url.scheme not in ("http", "https") or not url.netloc:
         raise ValueError(f"url {params['url']!r} is not an http(s) base URL like http://127.0.0.1:8000")
+    for key in ("health_path", "models_path", "completions_path"):
+        if not str(params[key]).startswith("/"):
+            raise ValueError(f"{key} {params[key]!r} is not a path; it starts with /")
     regex = params.get("dead_if_health_body_matches")
     pattern = re.compile(regex) if regex else None
     timeout_s = max(float(params["request_timeout_s"]), 0.1)
     poll_s = max(float(params["poll_s"]), MIN_POLL_S)
+    watch_every_s = max(float(params["watch_every_s"]), MIN_POLL_S)
     start = clock()
     deadline = start + max(float(params["wait_s"]), 0.0)
+    next_watch = start
 
     def budget() -> float:
         return min(timeout_s, max(deadline - clock(), MIN_REQUEST_S))
 
     seen_health_ok = seen_models_ok = False
     models: list[str] = []
+    watch_errors: list[str] = []
     while True:
+        if params["containers"] and clock() >= next_watch:
+            stopped, watch_errors = check_containers(params["containers"], run)
+            next_watch = clock() + watch_every_s
+            if stopped:
+                names = ", ".join(f"rank {s['rank']} ({s['name']}) {s['state']}" for s in stopped)
+                return {"ready": False, "stage": "rank_stopped", "detail": f"stopped before ready: {names}",
+                        "elapsed_s": round(clock() - start, 2), "models": models, "stopped": stopped,
+                        "watch_errors": watch_errors}
         poll = poll_once(params, budget)
         if poll.models is not None:
             models = poll.models
         result = {"ready": poll.stage == "ready", "stage": poll.stage, "detail": poll.detail,
-                  "elapsed_s": round(clock() - start, 2), "models": models}
+                  "elapsed_s": round(clock() - start, 2), "models": models, "stopped": [],
+                  "watch_errors": watch_errors}
         dead = dead_reason(poll, params, pattern, seen_health_ok, seen_models_ok)
         if dead:
             raise EngineDeadError(dead, result)
@@ -330,6 +451,15 @@ def main() -> None:
             "poll_s": {"type": "float", "default": 2},
             "request_timeout_s": {"type": "float", "default": 10},
             "dead_if_health_body_matches": {"type": "str", "default": "dead|EngineDeadError"},
+            "health_path": {"type": "str", "default": "/health"},
+            "models_path": {"type": "str", "default": "/v1/models"},
+            "completions_path": {"type": "str", "default": "/v1/completions"},
+            "containers": {"type": "list", "elements": "dict", "default": [], "options": {
+                "name": {"type": "str", "required": True},
+                "host": {"type": "str", "default": ""},
+                "rank": {"type": "int", "default": 0},
+            }},
+            "watch_every_s": {"type": "float", "default": 10},
         },
         supports_check_mode=True,
     )

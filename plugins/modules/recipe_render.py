@@ -48,11 +48,6 @@ options:
         description: The head's fabric address, where the ranks meet.
         type: str
         required: true
-      fabric_env:
-        description: The node's fabric environment (C(VLLM_HOST_IP), C(NCCL_SOCKET_IFNAME), ...); it wins over
-          the recipe's C(env).
-        type: dict
-        default: {}
   hf_token_present:
     description: Whether a Hugging Face token is configured (C(weights_hf_token) or C(HF_TOKEN)).
     type: bool
@@ -91,10 +86,8 @@ EXAMPLES = r"""
     ranks:
       - rank: 0
         head_fabric_ip: 192.168.100.1
-        fabric_env: {VLLM_HOST_IP: 192.168.100.1, NCCL_SOCKET_IFNAME: enp1s0f1np1}
       - rank: 1
         head_fabric_ip: 192.168.100.1
-        fabric_env: {VLLM_HOST_IP: 192.168.100.2, NCCL_SOCKET_IFNAME: enp1s0f1np1}
     hf_token_present: "{{ weights_hf_token is defined }}"
   delegate_to: localhost
   run_once: true
@@ -109,8 +102,6 @@ EXAMPLES = r"""
     ranks:
       - rank: "{{ sparkserve_rank }}"
         head_fabric_ip: "{{ sparkserve_head_fabric_ip }}"
-        fabric_env:
-          VLLM_HOST_IP: "{{ sparkserve_fabric_ip }}"
     variables:
       lab_engine_image: "{{ lab_engine_image }}"
       lab_model_revision: "{{ lab_model_revision }}"
@@ -141,7 +132,9 @@ ranks:
       type: list
       elements: str
     env:
-      description: The container environment; the fabric environment wins over the recipe's C(env).
+      description:
+        - The container environment, the engine's own then the recipe's C(env). Each node adds its fabric
+          environment from its own file (C(/etc/sparkserve/fabric.env), the fabric stage writes it).
       type: dict
     ports:
       description: TCP ports the rank listens on (rank 0 the API, master and extra ports; others the extra ports).
@@ -155,9 +148,16 @@ ranks:
       elements: dict
     endpoints:
       description:
-        - On rank 0, the head's HTTP paths C(health), C(models) and C(metrics) (null where the engine serves no
-          metrics, SGLang without C(enable-metrics)); empty on the other ranks.
+        - On rank 0, the head's HTTP paths C(health), C(models), C(completions) and C(metrics) (null where the
+          engine serves no metrics, SGLang without C(enable-metrics)); empty on the other ranks.
       type: dict
+engine:
+  description:
+    - What the roles and modules need of the recipe's engine, from its adapter (C(module_utils/engines)),
+      C(name), C(host_ip_variable), C(endpoints), C(dead_health_pattern), C(fatal_log_patterns),
+      C(cache_mounts) (each C(name) under the node's cache folder and C(container_path)) and C(metric_names).
+  returned: success
+  type: dict
 errors:
   description: Every problem found, one message each; the failure message joins them with newlines.
   returned: failure
@@ -167,8 +167,8 @@ errors:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe import (
-    render_rank,
+from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe.render import engine_facts, render_rank
+from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe.validate import (
     validate_for_cluster,
     validate_recipe,
 )
@@ -188,7 +188,6 @@ def main() -> None:
                 "options": {
                     "rank": {"type": "int", "required": True},
                     "head_fabric_ip": {"type": "str", "required": True},
-                    "fabric_env": {"type": "dict", "default": {}},
                 },
             },
             "hf_token_present": {"type": "bool", "default": False},
@@ -219,15 +218,14 @@ def main() -> None:
     rendered = []
     for entry in params["ranks"]:
         try:
-            one = render_rank(recipe, params["deployment"], entry["rank"], world_size,
-                              entry["head_fabric_ip"], entry["fabric_env"] or {})
+            one = render_rank(recipe, params["deployment"], entry["rank"], world_size, entry["head_fabric_ip"])
         except ValueError as exc:
             errors.append("recipe %s: rank %d: %s." % (name, entry["rank"], exc))
             continue
         rendered.append(dict(rank=entry["rank"], **one))
     if errors:
         module.fail_json(msg="\n".join(errors), errors=errors)
-    module.exit_json(changed=False, recipe=recipe, ranks=rendered)
+    module.exit_json(changed=False, recipe=recipe, ranks=rendered, engine=engine_facts(recipe))
 
 
 if __name__ == "__main__":

@@ -1,19 +1,28 @@
-"""The vLLM lab double as the server under test, started as a subprocess on 127.0.0.1.
+"""The lab doubles as the server under test, started as subprocesses on 127.0.0.1.
 
-The double, its configuration A and the launcher come from
+The vLLM double, its configuration A and the launcher come from
 tools/bench-client.py, the benchmark that prints how closely the client's
 measurements match that configuration; the tests start the same double and
-assert only what does not depend on the machine's speed.
+assert only what does not depend on the machine's speed. ``SGLangDouble``
+starts the SGLang double (``python3 -m sglang.launch_server`` of lab/engine)
+the same way, for what the bench reads of an SGLang /metrics.
 """
 
 from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 from tests.scripts import load_script
 
 tool = load_script("tools/bench-client.py", "sparkserve_bench_client")
 
 ROOT = tool.ROOT
-BENCH = tool.BENCH  # on sys.path: sparkserve_bench imports
+BENCH = tool.BENCH  # on sys.path, with COLLECTIONS (the engine adapters): sparkserve_bench imports
+COLLECTIONS = tool.COLLECTIONS
 Double = tool.Double
 free_port = tool.free_port
 expected_acceptance = tool.expected_acceptance
@@ -24,3 +33,30 @@ ITL_MS: float = tool.ITL_MS
 ACCEPT: tuple[float, ...] = tool.ACCEPT
 SPEC_TOKENS: int = tool.SPEC_TOKENS
 KNOBS_A: dict[str, str] = tool.KNOBS_A
+KNOBS_FAST: dict[str, str] = tool.KNOBS_FAST
+LAB_ENGINE = ROOT / "lab/engine"
+
+
+class SGLangDouble(Double):
+    """One SGLang double with metrics on (``--enable-metrics``) and SPEC_TOKENS draft steps."""
+
+    def __init__(self, folder: Path, knobs: dict[str, str]) -> None:
+        model = folder / "model"
+        model.mkdir(parents=True, exist_ok=True)
+        (model / "config.json").write_text(json.dumps({"max_position_embeddings": 65536}), encoding="utf-8")
+        self.port = free_port()
+        self.url = "http://127.0.0.1:%d" % self.port
+        self.knobs = knobs
+        argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(model),
+                "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(self.port),
+                "--load-format", "dummy", "--enable-metrics", "--speculative-algorithm", "EAGLE",
+                "--speculative-num-steps", str(SPEC_TOKENS)]
+        self.log = folder / "double.log"
+        env = {**os.environ, **knobs, "PYTHONPATH": str(LAB_ENGINE)}
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+        try:
+            self._wait()
+        except RuntimeError:
+            self.stop()
+            raise

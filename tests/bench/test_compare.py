@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
-from benchdouble import BENCH, ROOT, Double, free_port
+from benchdouble import BENCH, COLLECTIONS, ROOT, Double, free_port
 
 SPEED_SUITE = [{"name": "speed", "kind": "cells", "max_tokens": 60, "runs": 3,
                 "primary": [{"cell": "prose-c1", "prompt": "prose", "concurrency": 1},
@@ -39,7 +39,8 @@ TIME_METRICS = ("ttft_s", "itl_ms", "tpot_ms", "latency_s")
 
 
 def bench(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": BENCH}
+    """``python -m sparkserve_bench``, on the PYTHONPATH the bench role gives it: the bench and the collections."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join((BENCH, COLLECTIONS))}
     return subprocess.run([sys.executable, "-m", "sparkserve_bench", *args], capture_output=True, text=True,
                           timeout=timeout, env=env, cwd=str(ROOT))
 
@@ -70,12 +71,14 @@ def faster(results: dict[str, Any], speedup: float, recipe: str) -> dict[str, An
 
 @pytest.fixture(scope="module")
 def runs(double_a: Double, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """measured: one CLI run of configuration A; copy: the same bytes; faster: derived, SPEEDUP x as fast."""
+    """measured: one CLI run of configuration A (--engine as the bench role gives it); copy: the same bytes;
+    faster: derived, SPEEDUP x as fast."""
     folder = tmp_path_factory.mktemp("runs")
     context = folder / "context.yml"
     context.write_text(yaml.safe_dump(CONTEXT), encoding="utf-8")
     paths = {name: folder / ("%s.json" % name) for name in ("measured", "copy", "faster")}
-    measured = run_speed(double_a, paths["measured"], "--context", str(context), "--node-count", "1")
+    measured = run_speed(double_a, paths["measured"], "--context", str(context), "--node-count", "1",
+                         "--engine", "vllm")
     shutil.copyfile(paths["measured"], paths["copy"])
     paths["faster"].write_text(json.dumps(faster(measured, SPEEDUP, "faster"), indent=1), encoding="utf-8")
     return paths
@@ -100,6 +103,8 @@ def test_results_carry_the_context_and_every_cell(runs: dict[str, Path]) -> None
     assert context["node_count"] == 1 and context["extra"] is None and context["model"] == "tiny"
     assert context["base_url"].startswith("http://127.0.0.1:") and context["time"] and context["finished"]
     assert context["warnings"] == []
+    assert results["server"]["engine"] == "vllm" and results["server"]["engine_detected"] is False
+    assert results["server"]["spec_decode_metrics"] is True
     assert results["format"] == "sparkserve-bench/results/1"
     assert results["method"]["seed"] == 11 and results["method"]["warmup"]["requests"] == 2
     assert [c["id"] for c in results["cells"]] == ["speed/prose-c1", "speed/prose-c4"]

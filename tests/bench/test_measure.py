@@ -209,4 +209,6 @@ def test_results_say_how_prompts_were_made_and_the_server_was_warmed(results: di
     assert method["calibration"]["chat"]["tokens_per_word"] == pytest.approx(1.0)
     assert set(method["definitions"]) >= {"tok_s", "ttft_s", "itl_ms", "tpot_ms", "accept_length"}
     assert results["server"]["spec_decode_metrics"] is True and results["server"]["max_model_len"] == 65536
+    # No --engine: the vLLM double's metrics, found by the vLLM adapter's names in the first reading.
+    assert results["server"]["engine"] == "vllm" and results["server"]["engine_detected"] is True
     assert results["server"]["models"] == ["tiny"]

@@ -1,4 +1,4 @@
-"""The parts without a server: suites, /metrics parsing, references, gates, statistics."""
+"""The parts without a server: suites, references, gates, statistics (/metrics reading: test_engines.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import yaml
 from benchdouble import ROOT
 from sparkserve_bench.compare import compare, parse_gates, table
 from sparkserve_bench.errors import BenchError
-from sparkserve_bench.promparse import parse_exposition, server_facts, spec_counters
 from sparkserve_bench.prompts import Calibration, PromptMaker
 from sparkserve_bench.reference import from_published, load_reference
 from sparkserve_bench.results import build_context
@@ -69,38 +68,6 @@ def test_suite_problems_are_all_reported() -> None:
                  "primary[1]: unknown key 'colour'", "primary[1]: cell is None", "suite 5: give a mapping",
                  "suite 3: name is None"):
         assert part in text, text
-
-
-VLLM_METRICS = """# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
-# TYPE vllm:spec_decode_num_drafts_total counter
-vllm:spec_decode_num_drafts_total{model_name="m",engine="0"} 100.0
-vllm:spec_decode_num_drafts_total{model_name="m",engine="1"} 100.0
-vllm:spec_decode_num_draft_tokens_total{model_name="m",engine="0"} 600.0
-vllm:spec_decode_num_draft_tokens_total{model_name="m",engine="1"} 600.0
-vllm:spec_decode_num_accepted_tokens_total{model_name="m",engine="0"} 250.0
-vllm:spec_decode_num_accepted_tokens_total{model_name="m",engine="1"} 250.0
-vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="m",engine="0",position="0"} 160.0
-vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="m",engine="1",position="0"} 160.0
-vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="m",engine="0",position="1"} 90.0
-vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="m",engine="1",position="1"} 90.0
-vllm:cache_config_info{block_size="2304",cache_dtype="fp8",num_gpu_blocks="1243"} 1.0
-"""
-
-
-def test_vllm_counters_give_acceptance_from_deltas() -> None:
-    before = spec_counters(parse_exposition(VLLM_METRICS.replace(" 100.0", " 0.0").replace("250.0", "0.0")
-                                            .replace("160.0", "0.0").replace("90.0", "0.0")
-                                            .replace("600.0", "0.0")))
-    after = spec_counters(parse_exposition(VLLM_METRICS))
-    assert before is not None and after is not None
-    delta = after.minus(before).summary()
-    assert delta["drafts"] == 200 and delta["accept_length"] == pytest.approx(3.5)
-    assert delta["accept_rate"] == pytest.approx(500 / 1200)
-    assert delta["acceptance_per_position"] == pytest.approx([1.6, 0.9])
-    assert server_facts(parse_exposition(VLLM_METRICS))["kv_tokens"] == 2863872
-    assert spec_counters(parse_exposition("vllm:num_requests_running 0\n")) is None
-    sglang = spec_counters(parse_exposition('sglang:spec_accept_length{model_name="m"} 2.5\n'))
-    assert sglang is not None and sglang.summary()["accept_length"] == 2.5
 
 
 def _candidate(cells: list[dict[str, Any]], server: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -121,19 +121,20 @@ def test_inconsistent_flags_exit_1_with_a_log_line(tmp_path: Path) -> None:
 
 
 def test_the_lab_recipes_render_command_lines_the_double_accepts() -> None:
-    from ansible_collections.sparkserve.deploy.plugins.module_utils import recipe as rc
+    from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe.render import render_rank
+    from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe.validate import validate_recipe
 
     variables = {"lab_engine_image": "registry:5000/sparkserve/engine@sha256:" + "0a" * 32,
                  "lab_model_revision": "1b" * 20, "lab_release_revision": "2c" * 20}
     engines = set()
     for path in sorted((ROOT / "recipes").glob("lab-*.yml")):
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        recipe, errors = rc.validate_recipe(data, path.stem, variables=variables)
+        recipe, errors = validate_recipe(data, path.stem, variables=variables)
         assert errors == []
         engines.add(recipe["engine"])
         nodes = recipe["parallel"]["tensor"] * recipe["parallel"]["pipeline"]
         for rank in range(nodes):
-            argv = rc.render_rank(recipe, path.stem, rank, nodes, "10.77.1.11", {})["argv"]
+            argv = render_rank(recipe, path.stem, rank, nodes, "10.77.1.11")["argv"]
             if recipe["engine"] == "sglang":
                 assert argv[:3] == ["python3", "-m", "sglang.launch_server"]
                 args, problems, _ = launch_server.parse_args(argv[3:])

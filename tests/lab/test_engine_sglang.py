@@ -1,7 +1,7 @@
 """Tests of the lab double's SGLang command line: ``python3 -m sglang.launch_server`` (lab/engine/sglang).
 
 Its flags, and real ranks on 127.0.0.1 started the way the engine role starts
-a recipe of engine ``sglang``: the command line recipe.py renders.
+a recipe of engine ``sglang``: the command line recipe/render.py renders.
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ ENGINE = Path(__file__).resolve().parents[2] / "lab/engine"
 sys.path.insert(0, str(ENGINE))
 
 import make_tiny_model  # noqa: E402 (imported once lab/engine is on sys.path)
-from ansible_collections.sparkserve.deploy.plugins.module_utils import recipe as rc  # noqa: E402 (imported once lab/engine is on sys.path)
+from ansible_collections.sparkserve.deploy.plugins.module_utils.engines import ENGINES  # noqa: E402 (after sys.path)
+from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe.render import render_rank  # noqa: E402 (after sys.path)
+from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe.validate import validate_recipe  # noqa: E402 (after sys.path)
 from sglang import launch_server  # noqa: E402 (imported once lab/engine is on sys.path)
 
 FAST = {"VLLM_DOUBLE_TTFT_BASE_MS": "5", "VLLM_DOUBLE_TTFT_PER_1K_MS": "0", "VLLM_DOUBLE_ITL_MS": "1",
@@ -54,7 +56,7 @@ def sglang_recipe(**changes: Any) -> dict[str, Any]:
                         "trust-remote-code": True, "random-seed": 7},
     }
     data.update(changes)
-    recipe, errors = rc.validate_recipe(data, "t")
+    recipe, errors = validate_recipe(data, "t")
     assert errors == []
     return recipe
 
@@ -65,7 +67,7 @@ def sglang_recipe(**changes: Any) -> dict[str, Any]:
 def test_the_rendered_command_line_is_accepted_on_every_rank() -> None:
     recipe = sglang_recipe()
     for rank in (0, 1):
-        argv = rc.render_rank(recipe, "d", rank, 2, "10.77.1.11", {"SGLANG_HOST_IP": "10.77.1.12"})["argv"]
+        argv = render_rank(recipe, "d", rank, 2, "10.77.1.11")["argv"]
         assert argv[:3] == ["python3", "-m", "sglang.launch_server"]
         args, problems, ns = launch_server.parse_args(argv[3:])
         assert problems == []
@@ -75,7 +77,7 @@ def test_the_rendered_command_line_is_accepted_on_every_rank() -> None:
         assert args.max_model_len == 2048 and args.block_size == 16 and args.kv_cache_dtype == "fp8_e4m3"
         assert args.max_num_seqs == 8 and args.seed == 7 and ns.enable_metrics is True
         assert ns.cuda_graph_bs == [1, 2, 4]
-    head = rc.render_rank(recipe, "d", 0, 2, "10.77.1.11", {})["argv"]
+    head = render_rank(recipe, "d", 0, 2, "10.77.1.11")["argv"]
     args, _, _ = launch_server.parse_args(head[3:])
     assert (args.host, args.port) == ("127.0.0.1", 8000)
 
@@ -143,7 +145,7 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 class Ranks:
-    """`python3 -m sglang.launch_server` processes of one deployment, as recipe.py renders them."""
+    """`python3 -m sglang.launch_server` processes of one deployment, as recipe/render.py renders them."""
 
     def __init__(self, model: Path, logs: Path, nnodes: int, **engine_args: Any) -> None:
         self.port = free_port()
@@ -152,7 +154,7 @@ class Ranks:
                                launch={"api_port": self.port, "master_port": master_port},
                                model={"repo": "sparkserve-lab/tiny-model", "revision": COMMIT, "served_name": "tiny",
                                       "path_in_container": str(model)})
-        self.renders = [rc.render_rank(recipe, "lab", rank, nnodes, "127.0.0.1", {"SGLANG_HOST_IP": "127.0.0.1"})
+        self.renders = [render_rank(recipe, "lab", rank, nnodes, "127.0.0.1")
                         for rank in range(nnodes)]
         self.logs = logs
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
@@ -160,7 +162,9 @@ class Ranks:
     def start(self, rank: int) -> subprocess.Popen[bytes]:
         render = self.renders[rank]
         argv = [sys.executable] + render["argv"][1:]  # python3 -m sglang.launch_server ...
-        env = {**os.environ, **FAST, **render["env"], "PYTHONPATH": str(ENGINE)}
+        # What each node's fabric file adds: the engine's host-IP variable.
+        fabric = {ENGINES["sglang"].host_ip_variable: "127.0.0.1"}
+        env = {**os.environ, **FAST, **render["env"], **fabric, "PYTHONPATH": str(ENGINE)}
         with (self.logs / ("sglang-%d.log" % rank)).open("wb") as out:
             self.procs[rank] = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
         return self.procs[rank]

@@ -102,7 +102,9 @@ def serve() -> Iterator[Callable[..., str]]:
 def params(url: str, **changes: Any) -> dict[str, Any]:
     args: dict[str, Any] = {"url": url, "served_name": "tiny", "prompt": "2+2=", "api_key": None,
                             "wait_s": 30.0, "poll_s": 0.1, "request_timeout_s": 10.0,
-                            "dead_if_health_body_matches": "dead|EngineDeadError"}
+                            "dead_if_health_body_matches": "dead|EngineDeadError", "health_path": "/health",
+                            "models_path": "/v1/models", "completions_path": "/v1/completions",
+                            "containers": [], "watch_every_s": 10.0}
     args.update(changes)
     return args
 
@@ -355,3 +357,72 @@ def test_main_refuses_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
     assert result["failed"] is True and "is not an http(s) base URL" in result["msg"]
     result = run_main(params("http://127.0.0.1:8000", dead_if_health_body_matches="("), capsys)
     assert result["failed"] is True and "not a valid regular expression" in result["msg"]
+
+
+class FakeDocker:
+    """What docker inspect answers per container name, here and on peers; records every command."""
+
+    def __init__(self, states: dict[str, Any]) -> None:
+        self.states = states
+        self.commands: list[list[str]] = []
+
+    def __call__(self, argv: list[str]) -> tuple[int, str]:
+        self.commands.append(argv)
+        name = argv[-1].split()[-1]
+        state = self.states.get(name)
+        if isinstance(state, str):
+            return 255, state
+        if state is None:
+            return 1, f"Error: No such container: {name}"
+        return 0, json.dumps(state)
+
+
+def test_a_stopped_worker_ends_the_wait_with_who_and_how(serve: Callable[..., str]) -> None:
+    engine = FakeEngine()
+    engine.health = (503, "loading")
+    docker = FakeDocker({"d-rank0": {"Running": True, "ExitCode": 0}, "d-rank1": {"Running": False, "ExitCode": 137}})
+    containers = [{"name": "d-rank0", "host": "", "rank": 0}, {"name": "d-rank1", "host": "spark-2", "rank": 1}]
+    result = er.wait_ready(params(serve(engine), containers=containers), run=docker)
+    assert result["stage"] == "rank_stopped" and not result["ready"]
+    assert result["stopped"] == [{"rank": 1, "host": "spark-2", "name": "d-rank1", "state": "exited", "exit_code": 137}]
+    assert docker.commands[0][:2] == ["docker", "inspect"]
+    assert docker.commands[1][0] == "ssh" and "spark-2" in docker.commands[1]
+    assert engine.count == {}, "no HTTP probe once a rank is known stopped"
+
+
+def test_a_gone_container_is_stopped_and_an_unreachable_peer_is_not(serve: Callable[..., str]) -> None:
+    engine = FakeEngine()
+    docker = FakeDocker({"d-rank0": {"Running": True}, "d-rank1": "ssh: connect to host spark-2: No route"})
+    containers = [{"name": "d-rank0", "host": "", "rank": 0}, {"name": "d-rank1", "host": "spark-2", "rank": 1}]
+    result = er.wait_ready(params(serve(engine), containers=containers), run=docker)
+    assert result["ready"] and result["watch_errors"] == ["spark-2: ssh: connect to host spark-2: No route"]
+    gone = er.wait_ready(params(serve(engine), containers=[{"name": "d-rank2", "host": "", "rank": 2}]),
+                         run=FakeDocker({}))
+    assert gone["stage"] == "rank_stopped" and gone["stopped"][0]["state"] == "gone"
+
+
+def test_containers_are_checked_again_every_watch_interval(serve: Callable[..., str]) -> None:
+    engine = FakeEngine()
+    engine.health = (503, "loading")
+    engine.models = (503, "loading")
+    clock = FakeClock()
+    docker = FakeDocker({"d-rank1": {"Running": True}})
+
+    def stop_later(argv: list[str]) -> tuple[int, str]:
+        if len(docker.commands) == 2:
+            docker.states["d-rank1"] = {"Running": False, "ExitCode": 1}
+        return docker(argv)
+    result = er.wait_ready(params(serve(engine), containers=[{"name": "d-rank1", "host": "", "rank": 1}],
+                                  watch_every_s=5.0, wait_s=60.0),
+                           clock=clock, sleep=clock.sleep, run=stop_later)
+    assert result["stage"] == "rank_stopped"
+    assert len(docker.commands) == 3, "checked at the start, after 5 s and after 10 s"
+    assert 10.0 <= result["elapsed_s"] < 10.5
+
+
+def test_the_paths_come_from_the_caller(serve: Callable[..., str]) -> None:
+    engine = FakeEngine()
+    result = er.wait_ready(params(serve(engine), health_path="/healthz", wait_s=0.0))
+    assert result["stage"] == "health" and "GET /healthz: 404" in result["detail"]
+    with pytest.raises(ValueError, match="health_path 'healthz' is not a path"):
+        er.wait_ready(params(serve(engine), health_path="healthz"))

@@ -1,4 +1,4 @@
-"""Tests for the recipe schema, its validation and the per-rank render (module_utils/recipe.py)."""
+"""Tests for the recipe schema, its validation and the per-rank render (module_utils/recipe/)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,14 @@ from typing import Any
 import pytest
 import yaml
 
-from ansible_collections.sparkserve.deploy.plugins.module_utils import recipe as rc
+from ansible_collections.sparkserve.deploy.plugins.module_utils.engines import ENGINES
+from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe.render import render_rank
+from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe.schema import RECIPE_SCHEMA
+from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe.validate import (
+    validate_for_cluster,
+    validate_recipe,
+    variables_named,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ROOT / "recipes"
@@ -38,11 +45,11 @@ def base(**changes: Any) -> dict[str, Any]:
 
 
 def errors_of(data: dict[str, Any], name: str = "t", **kwargs: Any) -> list[str]:
-    return rc.validate_recipe(data, name, **kwargs)[1]
+    return validate_recipe(data, name, **kwargs)[1]
 
 
 def valid(data: dict[str, Any], name: str = "t", **kwargs: Any) -> dict[str, Any]:
-    recipe, errors = rc.validate_recipe(data, name, **kwargs)
+    recipe, errors = validate_recipe(data, name, **kwargs)
     assert errors == []
     return recipe
 
@@ -155,7 +162,7 @@ def test_revision_or_revision_from_is_required() -> None:
 
 
 def test_bad_engine() -> None:
-    assert one_error(base(engine="trtllm")) == 'recipe t: engine is "trtllm"; use one of: vllm, sglang.'
+    assert one_error(base(engine="trtllm")) == 'recipe t: engine is "trtllm"; use one of: sglang, vllm.'
 
 
 def test_bad_order() -> None:
@@ -209,7 +216,8 @@ def test_unknown_key_in_an_overlay() -> None:
 
 def test_missing_required_fields() -> None:
     errors = errors_of({"name": "t", "image": IMAGE})
-    assert errors[0] == "recipe t: engine is missing; add it (The serving engine; it decides the command line)."
+    assert errors[0] == ("recipe t: engine is missing; add it (The serving engine; its adapter decides the command "
+                         "line).")
     assert any(e.startswith("recipe t: model is missing; add it") for e in errors)
     assert any(e.startswith("recipe t: parallel is missing; add it") for e in errors)
 
@@ -316,7 +324,7 @@ def test_draft_model_path_may_not_be_the_models() -> None:
 
 
 def test_a_recipe_that_is_not_a_mapping() -> None:
-    recipe, errors = rc.validate_recipe(["x"], "t")  # type: ignore[arg-type]
+    recipe, errors = validate_recipe(["x"], "t")  # type: ignore[arg-type]
     assert recipe == {} and errors == ['recipe t: the recipe is ["x"]; it must be a YAML mapping of the fields '
                                        'in recipes/README.md.']
 
@@ -367,7 +375,7 @@ def test_every_from_field_resolves_and_every_missing_one_is_listed_at_once() -> 
     recipe = valid(data, variables=variables)
     assert recipe["overlays"] == [overlay] and recipe["overlays_from"] == "my_overlays"
     assert recipe["model"]["file_overrides"][0]["sha256"] == "c" * 64
-    assert rc.variables_named(data) == ["my_overlays", "model_rev", "g_sha"]
+    assert variables_named(data) == ["my_overlays", "model_rev", "g_sha"]
     errors = errors_of(data, variables={"model_rev": None})
     assert errors == [
         "recipe t: overlays_from names the inventory variable my_overlays, which is not set; set it to a list of "
@@ -482,8 +490,8 @@ def test_recipe_variables_filter() -> None:
 
 def test_cluster_size_must_match_the_parallel_sizes() -> None:
     recipe = valid(base())
-    assert rc.validate_for_cluster(recipe, "t", 2, False) == []
-    assert rc.validate_for_cluster(recipe, "t", 4, False) == [
+    assert validate_for_cluster(recipe, "t", 2, False) == []
+    assert validate_for_cluster(recipe, "t", 4, False) == [
         "recipe t: parallel.tensor × parallel.pipeline is 2 × 1 = 2 GPUs but the cluster has 4 nodes × "
         "parallel.gpus_per_node 1 = 4 GPUs; make the two equal, by changing parallel.tensor or by "
         "deploying on 2 nodes."
@@ -492,26 +500,26 @@ def test_cluster_size_must_match_the_parallel_sizes() -> None:
 
 def test_cluster_size_counts_pipeline_and_gpus_per_node() -> None:
     recipe = valid(base(parallel={"tensor": 2, "pipeline": 2, "gpus_per_node": 2}))
-    assert rc.validate_for_cluster(recipe, "t", 2, False) == []
+    assert validate_for_cluster(recipe, "t", 2, False) == []
     assert ("is 2 × 2 = 4 GPUs but the cluster has 3 nodes × parallel.gpus_per_node 2 = 6 GPUs"
-            in rc.validate_for_cluster(recipe, "t", 3, False)[0])
+            in validate_for_cluster(recipe, "t", 3, False)[0])
 
 
 @pytest.mark.parametrize("key", ["load-format", "load_format"])
 def test_instanttensor_is_refused_on_several_nodes(key: str) -> None:
     recipe = valid(base(engine_args={key: "instanttensor"}))
-    assert rc.validate_for_cluster(recipe, "t", 2, False) == [
+    assert validate_for_cluster(recipe, "t", 2, False) == [
         'recipe t: engine_args.%s is "instanttensor"; instanttensor loads made ranks die silently on more '
         "than one node (seed 000); remove it for this 2-node deployment." % key
     ]
     single = valid(base(engine_args={key: "instanttensor"}, parallel={"tensor": 1}))
-    assert rc.validate_for_cluster(single, "t", 1, False) == []
+    assert validate_for_cluster(single, "t", 1, False) == []
 
 
 def test_gated_model_needs_a_token() -> None:
     recipe = valid(base(model={"repo": "meta/llama", "revision": COMMIT, "served_name": "m", "gated": True}))
-    assert rc.validate_for_cluster(recipe, "t", 2, True) == []
-    assert rc.validate_for_cluster(recipe, "t", 2, False) == [
+    assert validate_for_cluster(recipe, "t", 2, True) == []
+    assert validate_for_cluster(recipe, "t", 2, False) == [
         'recipe t: model.gated is true for "meta/llama" and no Hugging Face token is configured; put the token '
         "in the Ansible Vault variable weights_hf_token, or export HF_TOKEN where the playbook runs."
     ]
@@ -519,29 +527,24 @@ def test_gated_model_needs_a_token() -> None:
 
 def test_gated_draft_model_needs_a_token() -> None:
     recipe = valid(base(draft_model={"repo": "org/d", "revision": COMMIT, "gated": True}))
-    assert rc.validate_for_cluster(recipe, "t", 2, False)[0].startswith("recipe t: draft_model.gated is true")
+    assert validate_for_cluster(recipe, "t", 2, False)[0].startswith("recipe t: draft_model.gated is true")
 
 
 def test_bad_world_size() -> None:
-    assert "deploy on at least one node" in rc.validate_for_cluster(valid(base()), "t", 0, False)[0]
+    assert "deploy on at least one node" in validate_for_cluster(valid(base()), "t", 0, False)[0]
 
 
 def test_cluster_check_survives_an_invalid_recipe() -> None:
-    recipe, errors = rc.validate_recipe({"name": "t", "parallel": [], "engine_args": "x"}, "t")
+    recipe, errors = validate_recipe({"name": "t", "parallel": [], "engine_args": "x"}, "t")
     assert errors
-    assert rc.validate_for_cluster(recipe, "t", 2, False) == []
+    assert validate_for_cluster(recipe, "t", 2, False) == []
 
 
 # ------------------------------------------------------------ render
 
-FABRIC0 = {"VLLM_HOST_IP": "10.77.1.11", "NCCL_SOCKET_IFNAME": "enp1s0f1np1"}
-FABRIC1 = {"VLLM_HOST_IP": "10.77.1.12", "NCCL_SOCKET_IFNAME": "enp1s0f1np1"}
-
-
-def rendered(data: dict[str, Any], rank: int, world_size: int = 2,
-             fabric: dict[str, str] | None = None) -> dict[str, Any]:
+def rendered(data: dict[str, Any], rank: int, world_size: int = 2) -> dict[str, Any]:
     recipe = valid(data)
-    return rc.render_rank(recipe, "glm53", rank, world_size, "10.77.1.11", fabric or FABRIC0)
+    return render_rank(recipe, "glm53", rank, world_size, "10.77.1.11")
 
 
 def test_vllm_head() -> None:
@@ -563,7 +566,7 @@ def test_vllm_head() -> None:
 
 
 def test_vllm_worker_is_headless_without_api() -> None:
-    out = rendered(base(launch={"extra_ports": [30300]}), 1, fabric=FABRIC1)
+    out = rendered(base(launch={"extra_ports": [30300]}), 1)
     assert out["container_name"] == "glm53-rank1"
     argv = out["argv"]
     assert "--headless" in argv
@@ -571,7 +574,7 @@ def test_vllm_worker_is_headless_without_api() -> None:
     assert argv[argv.index("--node-rank") + 1] == "1"
     assert argv[argv.index("--master-addr") + 1] == "10.77.1.11"
     assert out["ports"] == [30300]
-    assert out["env"]["VLLM_HOST_IP"] == "10.77.1.12"
+    assert "VLLM_HOST_IP" not in out["env"], "each node's fabric file gives its own address"
 
 
 def test_sglang_head_and_worker() -> None:
@@ -593,7 +596,7 @@ def test_sglang_head_and_worker() -> None:
 
 def test_sglang_ipv6_head() -> None:
     recipe = valid(base(engine="sglang"))
-    out = rc.render_rank(recipe, "d", 1, 2, "fd00::1", {})
+    out = render_rank(recipe, "d", 1, 2, "fd00::1")
     assert out["argv"][out["argv"].index("--dist-init-addr") + 1] == "[fd00::1]:29501"
 
 
@@ -606,14 +609,14 @@ def test_engine_args_lists_and_mappings() -> None:
         "default-chat-template-kwargs": {"enable_thinking": False},
         "empty": [],
     }
-    assert rc.render_engine_args("vllm", args) == [
+    assert ENGINES["vllm"].args_words(args) == [
         "--speculative-config", '{"method":"mtp","num_speculative_tokens":5}',
         "--cuda-graph-sizes", "1", "2", "4",
         "--middleware", "a.B", "--middleware", "c.D",
         "--allowed-origins", '["https://x"]',
         "--default-chat-template-kwargs", '{"enable_thinking":false}',
     ]
-    assert rc.render_engine_args("sglang", {"middleware": ["a", "b"]}) == ["--middleware", "a", "b"]
+    assert ENGINES["sglang"].args_words({"middleware": ["a", "b"]}) == ["--middleware", "a", "b"]
 
 
 def test_draft_model_goes_through_engine_args_only() -> None:
@@ -625,16 +628,17 @@ def test_draft_model_goes_through_engine_args_only() -> None:
 
 
 def test_env_precedence() -> None:
-    data = base(env={"NCCL_SOCKET_IFNAME": "wrong0", "VLLM_ENGINE_READY_TIMEOUT_S": "7200", "NCCL_DEBUG": "WARN"},
-                readiness={"timeout_s": 900})
+    data = base(env={"VLLM_ENGINE_READY_TIMEOUT_S": "7200", "NCCL_DEBUG": "WARN"}, readiness={"timeout_s": 900})
     env = rendered(data, 0)["env"]
-    assert env == {"VLLM_ENGINE_READY_TIMEOUT_S": "7200", "NCCL_SOCKET_IFNAME": "enp1s0f1np1",
-                   "NCCL_DEBUG": "WARN", "VLLM_HOST_IP": "10.77.1.11"}
+    assert env == {"VLLM_ENGINE_READY_TIMEOUT_S": "7200", "NCCL_DEBUG": "WARN"}
     assert rendered(base(readiness={"timeout_s": 900}), 0)["env"]["VLLM_ENGINE_READY_TIMEOUT_S"] == "900"
 
 
-def test_fabric_env_numbers_become_strings() -> None:
-    assert rendered(base(), 0, fabric={"NCCL_IB_GID_INDEX": 3})["env"]["NCCL_IB_GID_INDEX"] == "3"  # type: ignore[dict-item]
+@pytest.mark.parametrize("engine,variable", [("vllm", "VLLM_HOST_IP"), ("sglang", "SGLANG_HOST_IP")])
+def test_the_engines_host_ip_is_the_fabric_stages(engine: str, variable: str) -> None:
+    errors = errors_of(base(engine=engine, env={variable: "10.0.0.9"}))
+    assert errors == ['recipe t: env.%s is "10.0.0.9"; the fabric stage sets %s on each node to the node\'s own '
+                      "fabric address (sparkserve_fabric_ip); remove it from env." % (variable, variable)]
 
 
 def test_container_name_pattern_is_applied() -> None:
@@ -648,7 +652,7 @@ def test_container_name_pattern_is_applied() -> None:
 ])
 def test_render_refuses_bad_arguments(rank: int, world: int, deployment: str, head: str) -> None:
     with pytest.raises(ValueError):
-        rc.render_rank(valid(base()), deployment, rank, world, head, {})
+        render_rank(valid(base()), deployment, rank, world, head)
 
 
 def test_file_overrides_render_as_read_only_mounts_on_every_rank() -> None:
@@ -666,18 +670,18 @@ def test_file_overrides_render_as_read_only_mounts_on_every_rank() -> None:
 
 
 def test_endpoints_per_engine() -> None:
-    assert rendered(base(), 0)["endpoints"] == {"health": "/health", "models": "/v1/models", "metrics": "/metrics"}
+    paths = {"health": "/health", "models": "/v1/models", "completions": "/v1/completions"}
+    assert rendered(base(), 0)["endpoints"] == dict(paths, metrics="/metrics")
     assert rendered(base(), 1)["endpoints"] == {}
     sglang = rendered(base(engine="sglang"), 0)["endpoints"]
-    assert sglang == {"health": "/health", "models": "/v1/models", "metrics": None}
+    assert sglang == dict(paths, metrics=None)
     with_metrics = rendered(base(engine="sglang", engine_args={"enable-metrics": True}), 0)
     assert with_metrics["endpoints"]["metrics"] == "/metrics"
 
 
-def test_sglang_ranks_take_the_fabric_host_ip() -> None:
-    fabric = {"SGLANG_HOST_IP": "10.77.1.12", "NCCL_SOCKET_IFNAME": "enp1s0f1np1"}
-    out = rendered(base(engine="sglang"), 1, fabric=fabric)
-    assert out["env"] == fabric and out["ports"] == []
+def test_sglang_workers_get_no_engine_environment_and_no_ports() -> None:
+    out = rendered(base(engine="sglang"), 1)
+    assert out["env"] == {} and out["ports"] == []
 
 
 def test_render_output_is_json_serialisable() -> None:
@@ -698,11 +702,11 @@ def test_lab_recipes_validate_with_sample_variables(name: str, nodes: int, order
     assert recipe["readiness"]["timeout_s"] == 300 and recipe["readiness"]["canary_prompt"]
     assert recipe["memory"]["min_available_gib"] == 1
     # The lab's tiny model is gated on the lab's hub double, which gives the token.
-    assert rc.validate_for_cluster(recipe, name, nodes, True) == []
-    assert rc.validate_for_cluster(recipe, name, nodes + 1, True)
-    assert rc.validate_recipe(data, name, variables=LAB_VARIABLES, recipes_dir=str(RECIPES))[1] == []
+    assert validate_for_cluster(recipe, name, nodes, True) == []
+    assert validate_for_cluster(recipe, name, nodes + 1, True)
+    assert validate_recipe(data, name, variables=LAB_VARIABLES, recipes_dir=str(RECIPES))[1] == []
     for rank in range(nodes):
-        out = rc.render_rank(recipe, name, rank, nodes, "10.77.1.11", {"VLLM_HOST_IP": f"10.77.1.1{rank + 1}"})
+        out = render_rank(recipe, name, rank, nodes, "10.77.1.11")
         assert out["argv"][:3] == ["vllm", "serve", "/models/tiny-model"]
         assert ("--headless" in out["argv"]) == (rank > 0)
 
@@ -714,23 +718,9 @@ def test_lab_recipes_need_their_variables() -> None:
                                                       "recipe lab-tp2: model.revision_from"]
 
 
-def test_readme_is_generated_from_the_schema() -> None:
-    readme = (RECIPES / "README.md").read_text(encoding="utf-8")
-    assert readme == rc.schema_markdown(), "regenerate: python plugins/module_utils/recipe.py > recipes/README.md"
-
-
-def test_readme_names_every_field() -> None:
-    text = rc.schema_markdown()
-
-    def walk(options: dict[str, Any], prefix: str) -> None:
-        for key, spec in options.items():
-            path = prefix + key
-            assert "| `%s` |" % path in text
-            if "options" in spec:
-                walk(spec["options"], path + ("[]." if spec["type"] == "list" else "."))
-
-    walk(rc.RECIPE_SCHEMA, "")
-    assert set(rc.RECIPE_SCHEMA) == {
+def test_schema_has_every_top_level_field() -> None:
+    # recipes/README.md and recipes/recipe.schema.json are written from it (tests/tools/test_recipe_docs.py).
+    assert set(RECIPE_SCHEMA) == {
         "name", "description", "engine", "image", "image_from", "model", "draft_model", "parallel", "launch",
         "engine_args", "env", "kv_cache", "overlays", "overlays_from", "overlays_repo", "memory", "fabric", "readiness",
         "host", "bench", "supply",
@@ -750,7 +740,7 @@ def test_schema_is_well_formed() -> None:
             if "options" in spec:
                 walk(spec["options"])
 
-    walk(rc.RECIPE_SCHEMA)
+    walk(RECIPE_SCHEMA)
 
 
 def test_a_memory_guard_floor_of_zero_is_refused() -> None:
@@ -762,12 +752,12 @@ def test_a_memory_guard_floor_of_zero_is_refused() -> None:
 def test_patches_of_a_pinned_overlays_repository_need_no_file_in_the_recipes_folder(tmp_path: Any) -> None:
     recipe = yaml.safe_load((ROOT / "recipes/lab-tp2.yml").read_text(encoding="utf-8"))
     variables = {"lab_engine_image": "r/e@sha256:" + "ab" * 32, "lab_model_revision": "1" * 40}
-    missing = rc.validate_recipe(dict(recipe), "lab-tp2", variables=variables, recipes_dir=str(tmp_path))[1]
+    missing = validate_recipe(dict(recipe), "lab-tp2", variables=variables, recipes_dir=str(tmp_path))[1]
     assert any("overlays[0].patch" in e and "not in the recipes folder" in e for e in missing)
     recipe["overlays_repo"] = {"repo": "acme/release", "revision_from": "release_revision"}
-    errors = rc.validate_recipe(dict(recipe), "lab-tp2", variables=variables, recipes_dir=str(tmp_path))[1]
+    errors = validate_recipe(dict(recipe), "lab-tp2", variables=variables, recipes_dir=str(tmp_path))[1]
     assert errors == ["recipe lab-tp2: overlays_repo.revision_from names the inventory variable release_revision, "
                       "which is not set; set it to " + errors[0].split("set it to ", 1)[1]]
-    resolved, errors = rc.validate_recipe(dict(recipe), "lab-tp2", variables=dict(variables, release_revision="2" * 40),
+    resolved, errors = validate_recipe(dict(recipe), "lab-tp2", variables=dict(variables, release_revision="2" * 40),
                                           recipes_dir=str(tmp_path))
     assert errors == [] and resolved["overlays_repo"]["revision"] == "2" * 40

@@ -37,8 +37,7 @@ def lab_args(name: str = "lab-tp2", world_size: int = 2, **changes: Any) -> dict
         "name": name,
         "deployment": "lab",
         "world_size": world_size,
-        "ranks": [{"rank": r, "head_fabric_ip": "10.77.1.11",
-                   "fabric_env": {"VLLM_HOST_IP": f"10.77.1.1{r + 1}"}} for r in range(world_size)],
+        "ranks": [{"rank": r, "head_fabric_ip": "10.77.1.11"} for r in range(world_size)],
         "variables": LAB_VARIABLES,
         # The lab's tiny model is gated on the lab's hub double, which gives the token.
         "hf_token_present": True,
@@ -58,8 +57,12 @@ def test_success_renders_every_rank(capsys: pytest.CaptureFixture[str]) -> None:
     assert head["argv"][:3] == ["vllm", "serve", "/models/tiny-model"]
     assert head["ports"] == [8000, 29501]
     assert worker["rank"] == 1 and "--headless" in worker["argv"] and worker["ports"] == []
-    assert worker["env"]["VLLM_HOST_IP"] == "10.77.1.12"
-    assert worker["env"]["VLLM_ENGINE_READY_TIMEOUT_S"] == "300"
+    assert worker["env"] == {"VLLM_ENGINE_READY_TIMEOUT_S": "300", "VLLM_DOUBLE_LOAD_MIB_S": "64",
+                             "VLLM_DOUBLE_LOAD_DELAY_S": "2"}
+    engine = result["engine"]
+    assert engine["name"] == "vllm" and engine["host_ip_variable"] == "VLLM_HOST_IP"
+    assert engine["endpoints"]["health"] == "/health" and engine["dead_health_pattern"]
+    assert [m["name"] for m in engine["cache_mounts"]] == ["vllm", "flashinfer"]
 
 
 def test_check_mode_gives_the_same_result(capsys: pytest.CaptureFixture[str]) -> None:
@@ -164,7 +167,7 @@ def test_documentation_is_valid_yaml_and_matches_the_arguments() -> None:
     assert doc["module"] == "recipe_render"
     assert set(doc["options"]) == {"recipe", "name", "deployment", "world_size", "ranks", "hf_token_present",
                                    "variables", "recipe_dir"}
-    assert set(doc["options"]["ranks"]["suboptions"]) == {"rank", "head_fabric_ip", "fabric_env"}
+    assert set(doc["options"]["ranks"]["suboptions"]) == {"rank", "head_fabric_ip"}
 
     def descriptions(options: dict[str, Any]) -> None:
         for spec in options.values():
@@ -175,4 +178,4 @@ def test_documentation_is_valid_yaml_and_matches_the_arguments() -> None:
     assert all(isinstance(line, str) for line in doc["description"])
     descriptions(doc["options"])
     yaml.safe_load(recipe_render.EXAMPLES)
-    assert set(yaml.safe_load(recipe_render.RETURN)) == {"recipe", "ranks", "errors"}
+    assert set(yaml.safe_load(recipe_render.RETURN)) == {"recipe", "ranks", "engine", "errors"}

@@ -1,6 +1,6 @@
 """The seed recipes and their lab variants: every value a seed states reaches the ranks.
 
-Each seed recipe is validated and rendered through module_utils/recipe.py with
+Each seed recipe is validated and rendered through module_utils/recipe/ with
 fake cluster inputs, with the values the user supplies filled by test values
 (clearly not real ones); without those values the deployment must be refused
 with the list of what to supply. The lab variants must validate with only the
@@ -18,7 +18,12 @@ from typing import Any
 import pytest
 import yaml
 
-from ansible_collections.sparkserve.deploy.plugins.module_utils import recipe as rc
+from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe.render import render_rank
+from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe.validate import (
+    validate_for_cluster,
+    validate_recipe,
+    variables_named,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ROOT / "recipes"
@@ -54,21 +59,16 @@ def load(name: str) -> dict[str, Any]:
 
 
 def valid(name: str, variables: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-    recipe, errors = rc.validate_recipe(load(name), name, variables=variables, **kwargs)
+    recipe, errors = validate_recipe(load(name), name, variables=variables, **kwargs)
     assert errors == []
     return recipe
-
-
-def fabric(rank: int, engine: str = "vllm") -> dict[str, str]:
-    return {"VLLM_HOST_IP" if engine == "vllm" else "SGLANG_HOST_IP": "10.77.1.%d" % (11 + rank),
-            "NCCL_SOCKET_IFNAME": "enp1s0f1np1", "NCCL_IB_HCA": "rocep1s0f1,roceP2p1s0f1"}
 
 
 def render_all(name: str, variables: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     recipe = valid(name, variables)
     nodes = recipe["parallel"]["tensor"] * recipe["parallel"]["pipeline"] // recipe["parallel"]["gpus_per_node"]
-    assert rc.validate_for_cluster(recipe, name, nodes, True) == []
-    ranks = [rc.render_rank(recipe, name, rank, nodes, HEAD_IP, fabric(rank, recipe["engine"]))
+    assert validate_for_cluster(recipe, name, nodes, True) == []
+    ranks = [render_rank(recipe, name, rank, nodes, HEAD_IP)
              for rank in range(nodes)]
     json.dumps(ranks)
     return recipe, ranks
@@ -106,7 +106,7 @@ def test_seed_000_every_stated_value_reaches_every_rank() -> None:
         for v3 in ("--kv-cache-memory-bytes", "--enable-chunked-prefill", "--default-chat-template-kwargs"):
             assert v3 not in argv
         assert ("--headless" in argv) == (rank > 0)
-        assert out["env"]["VLLM_HOST_IP"] == "10.77.1.%d" % (11 + rank)
+        assert "VLLM_HOST_IP" not in out["env"], "each node's fabric file gives its own address"
         assert out["mounts"] == []
     head = ranks[0]["argv"]
     assert flag(head, "--host") == "0.0.0.0" and flag(head, "--port") == "8000"
@@ -148,7 +148,7 @@ def test_seed_000_benchmark_and_reference() -> None:
 
 def test_seed_000_needs_four_nodes() -> None:
     recipe = valid("glm53-nvfp4-dflash2-tp4", SUPPLIED["glm53-nvfp4-dflash2-tp4"])
-    errors = rc.validate_for_cluster(recipe, "glm53-nvfp4-dflash2-tp4", 2, True)
+    errors = validate_for_cluster(recipe, "glm53-nvfp4-dflash2-tp4", 2, True)
     assert "4 GPUs but the cluster has 2 nodes" in errors[0]
 
 
@@ -215,7 +215,7 @@ def test_seed_003_names_the_eos_override() -> None:
 
 def test_seed_003_files_are_checked_in_the_recipes_folder(tmp_path: Path) -> None:
     name = "glm53-fp4local-mtp-tp2"
-    errors = rc.validate_recipe(load(name), name, variables=SUPPLIED[name], recipes_dir=str(tmp_path))[1]
+    errors = validate_recipe(load(name), name, variables=SUPPLIED[name], recipes_dir=str(tmp_path))[1]
     assert [e.split(" names ")[0] for e in errors] == [
         "recipe %s: overlays[%d].patch (from the variable glm53_fp4local_overlays)" % (name, i) for i in range(4)
     ] + ["recipe %s: model.file_overrides[0].source" % name]
@@ -227,7 +227,7 @@ def test_seed_003_files_are_checked_in_the_recipes_folder(tmp_path: Path) -> Non
     config = tmp_path / "files" / name / "generation_config.json"
     config.parent.mkdir(parents=True)
     config.write_text('{"eos_token_id": [154820, 154828]}\n', encoding="utf-8")  # a test file, not the release's
-    [error] = rc.validate_recipe(load(name), name, variables=SUPPLIED[name], recipes_dir=str(tmp_path))[1]
+    [error] = validate_recipe(load(name), name, variables=SUPPLIED[name], recipes_dir=str(tmp_path))[1]
     assert "whose sha256 is" in error and TEST_SHA in error
 
 
@@ -243,9 +243,9 @@ def test_seed_003_files_are_checked_in_the_recipes_folder(tmp_path: Path) -> Non
 def test_without_the_supplied_values_the_deployment_is_refused_with_the_list(
         name: str, listed: list[tuple[str, str]]) -> None:
     data = load(name)
-    assert rc.validate_recipe(data, name)[1] == []  # the form alone is fine
-    assert rc.variables_named(data) == [variable for _, variable in listed]
-    errors = rc.validate_recipe(data, name, variables={})[1]
+    assert validate_recipe(data, name)[1] == []  # the form alone is fine
+    assert variables_named(data) == [variable for _, variable in listed]
+    errors = validate_recipe(data, name, variables={})[1]
     assert len(errors) == len(listed)
     for error, (key, variable) in zip(errors, listed, strict=True):
         assert error.startswith("recipe %s: %s names the inventory variable %s, which is not set; set it to "
@@ -253,14 +253,14 @@ def test_without_the_supplied_values_the_deployment_is_refused_with_the_list(
         assert data["supply"][variable].split()[0] in error  # the recipe's own sentence says where to find it
     # One supplied, the rest still listed.
     first = listed[0][1]
-    errors = rc.validate_recipe(data, name, variables={first: SUPPLIED[name][first]})[1]
+    errors = validate_recipe(data, name, variables={first: SUPPLIED[name][first]})[1]
     assert [e.split(" names ")[0] for e in errors] == ["recipe %s: %s" % (name, key) for key, _ in listed[1:]]
 
 
 def test_every_supply_sentence_belongs_to_a_missing_value() -> None:
     for name in SEEDS:
         data = load(name)
-        named = set(rc.variables_named(data))
+        named = set(variables_named(data))
         for key in data["supply"]:
             assert key in named or (RECIPES / key).suffix, key
 
@@ -270,12 +270,12 @@ def test_every_supply_sentence_belongs_to_a_missing_value() -> None:
 @pytest.mark.parametrize("name", sorted(LABS))
 def test_lab_variants_validate_with_only_the_lab_variables(name: str) -> None:
     data = load(name)
-    assert set(rc.variables_named(data)) <= set(LAB_VARIABLES)
+    assert set(variables_named(data)) <= set(LAB_VARIABLES)
     recipe, ranks = render_all(name, LAB_VARIABLES)
-    assert rc.validate_recipe(data, name, variables=LAB_VARIABLES, recipes_dir=str(RECIPES))[1] == []
+    assert validate_recipe(data, name, variables=LAB_VARIABLES, recipes_dir=str(RECIPES))[1] == []
     assert len(ranks) == LABS[name] and recipe["supply"] == {}
     assert recipe["memory"]["min_available_gib"] <= 1 and recipe["memory"]["guard"]["floor_gib"] < 1
-    assert rc.validate_recipe(data, name, variables={})[1]  # and they do need the lab's variables
+    assert validate_recipe(data, name, variables={})[1]  # and they do need the lab's variables
 
 
 def test_lab_dflash2_variant_has_the_seed_000_structure() -> None:
@@ -318,7 +318,7 @@ def test_lab_sglang_variant_runs_sglang_through_the_double() -> None:
         assert out["argv"][:3] == ["python3", "-m", "sglang.launch_server"]
         args, problems, ns = launch_server.parse_args(out["argv"][3:])
         assert problems == [] and args.node_rank == rank and ns.dist_init_addr == (HEAD_IP, 29501)
-        assert out["env"]["SGLANG_HOST_IP"] == "10.77.1.%d" % (11 + rank)
+        assert "SGLANG_HOST_IP" not in out["env"], "each node's fabric file gives its own address"
         assert "VLLM_ENGINE_READY_TIMEOUT_S" not in out["env"]
     assert ranks[0]["endpoints"]["metrics"] == "/metrics"
 

@@ -1,0 +1,122 @@
+"""What an engine adapter declares: everything specific to one serving engine.
+
+An adapter is one module of this package (``vllm.py``, ``sglang.py``) holding
+one ``Engine``. The recipe's validation and render, the roles and the modules
+read an engine only through it, or through what the render carries from it
+(``Engine.facts``). Adding an engine is one new module and one line in
+``engines/__init__.py``; README.md has the checklist.
+
+Pure standard library: this runs on the controller and on the nodes.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Tuple
+
+GIB = 1024 ** 3
+
+# A problem of a recipe for this engine: (field path, value, how to fix it).
+Problem = Tuple[str, Any, str]
+
+
+def flag_is_set(args: Mapping[str, Any], flag: str) -> bool:
+    """Whether engine_args turns the bare flag FLAG on (keys compared with - for _)."""
+    return any(isinstance(k, str) and k.replace("_", "-") == flag and v is True for k, v in args.items())
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+class Engine:
+    """The base of every adapter; a subclass sets the class attributes and ``launch_argv``."""
+
+    # The recipe's ``engine`` value.
+    name: str = ""
+    # Flags sparkserve renders itself, without dashes, each with the recipe field that sets it;
+    # engine_args may not repeat them.
+    owned_flags: Mapping[str, str] = {}
+    # List-valued flags passed once per value (argparse append) and as one JSON list.
+    repeated_flags: FrozenSet[str] = frozenset()
+    json_list_flags: FrozenSet[str] = frozenset()
+    # The environment variable that tells the engine which address is the node's own on the fabric.
+    host_ip_variable: str = ""
+    # The head's HTTP paths: liveness, the model list, the one-token completion, Prometheus metrics.
+    health_path: str = "/health"
+    models_path: str = "/v1/models"
+    completions_path: str = "/v1/completions"
+    metrics_path: str = "/metrics"
+    # A 5xx body of the health path that means the engine is dead (a Python regular expression).
+    dead_health_pattern: str = ""
+    # Log lines that mean a rank is dead whatever its container says (Python regular expressions).
+    fatal_log_patterns: Tuple[str, ...] = ()
+    # Host folders kept across restarts: (name under the node's cache folder, path in the container).
+    cache_mounts: Tuple[Tuple[str, str], ...] = ()
+    # What the benchmark reads from the metrics path, by meaning; a meaning the engine lacks is absent.
+    metric_names: Mapping[str, str] = {}
+
+    def launch_argv(self, recipe: Mapping[str, Any], rank: int, world_size: int, head_fabric_ip: str) -> List[str]:
+        """The command line up to the KV cache and engine_args words: program, model, parallelism, rendezvous, API."""
+        raise NotImplementedError
+
+    def kv_words(self, kv: Mapping[str, Any]) -> List[str]:
+        """The words of the recipe's kv_cache section (checked by ``problems`` first)."""
+        return ["--kv-cache-dtype", str(kv["dtype"])] if kv.get("dtype") is not None else []
+
+    def problems(self, recipe: Mapping[str, Any]) -> List[Problem]:
+        """What this engine cannot run in a recipe that passed the schema."""
+        return []
+
+    def environment(self, recipe: Mapping[str, Any]) -> Dict[str, str]:
+        """The render's own environment for every rank, before the recipe's env."""
+        return {}
+
+    def metrics_served(self, recipe: Mapping[str, Any]) -> bool:
+        """Whether the head serves the metrics path with this recipe."""
+        return True
+
+    def endpoints(self, recipe: Mapping[str, Any]) -> Dict[str, Optional[str]]:
+        """The head's HTTP paths; metrics is None when the head does not serve them."""
+        return {"health": self.health_path, "models": self.models_path, "completions": self.completions_path,
+                "metrics": self.metrics_path if self.metrics_served(recipe) else None}
+
+    def args_words(self, args: Mapping[str, Any]) -> List[str]:
+        """engine_args as command-line words, in their order.
+
+        true gives a bare flag; false and null leave the flag out; a mapping is
+        passed as one JSON word; a list follows the engine's reading of that
+        flag: one flag then every value (most list options), one flag per
+        value, or one JSON list.
+        """
+        words: List[str] = []
+        for key, value in args.items():
+            flag, norm = "--" + key, key.replace("_", "-")
+            if value is None or value is False or (isinstance(value, list) and not value):
+                continue
+            if value is True:
+                words.append(flag)
+            elif isinstance(value, dict) or (isinstance(value, list) and norm in self.json_list_flags):
+                words += [flag, json.dumps(value, separators=(",", ":"))]
+            elif isinstance(value, list) and norm in self.repeated_flags:
+                for item in value:
+                    words += [flag, _scalar(item)]
+            elif isinstance(value, list):
+                words += [flag] + [_scalar(item) for item in value]
+            else:
+                words += [flag, _scalar(value)]
+        return words
+
+    def facts(self, recipe: Mapping[str, Any]) -> Dict[str, Any]:
+        """What the roles and modules need of the engine, carried by the render (plain data)."""
+        return {
+            "name": self.name,
+            "host_ip_variable": self.host_ip_variable,
+            "endpoints": self.endpoints(recipe),
+            "dead_health_pattern": self.dead_health_pattern,
+            "fatal_log_patterns": list(self.fatal_log_patterns),
+            "cache_mounts": [{"name": name, "container_path": path} for name, path in self.cache_mounts],
+            "metric_names": dict(self.metric_names),
+        }

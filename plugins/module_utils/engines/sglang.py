@@ -1,0 +1,79 @@
+"""SGLang: ``python3 -m sglang.launch_server`` on every rank, the API on the head only."""
+
+from __future__ import annotations
+
+from typing import Any, List, Mapping
+
+from ansible_collections.sparkserve.deploy.plugins.module_utils.engines.base import Engine, Problem, flag_is_set
+
+
+class SGLang(Engine):
+    name = "sglang"
+    owned_flags = {
+        "model-path": "model.path_in_container",
+        "model": "model.path_in_container",
+        "served-model-name": "model.served_name",
+        "tp-size": "parallel.tensor",
+        "tp": "parallel.tensor",
+        "tensor-parallel-size": "parallel.tensor",
+        "pp-size": "parallel.pipeline",
+        "pp": "parallel.pipeline",
+        "pipeline-parallel-size": "parallel.pipeline",
+        "nnodes": "the cluster's node count",
+        "node-rank": "the node's rank",
+        "dist-init-addr": "the head's fabric address and launch.master_port",
+        "host": "launch.api_host",
+        "port": "launch.api_port",
+        "kv-cache-dtype": "kv_cache.dtype",
+        "page-size": "kv_cache.block_size",
+    }
+    host_ip_variable = "SGLANG_HOST_IP"
+    dead_health_pattern = "dead|EngineDeadError|unhealthy"
+    fatal_log_patterns = (
+        r"Watchdog caught collective operation timeout",
+        r"NCCL error",
+        r"Scheduler hit an exception",
+        r"Received sigquit from a child process",
+    )
+    # FlashInfer's JIT kernels; SGLang keeps no compile cache of its own under ~/.cache.
+    cache_mounts = (("flashinfer", "/root/.cache/flashinfer"),)
+    metric_names = {"spec_accept_length": "sglang:spec_accept_length"}
+
+    def launch_argv(self, recipe: Mapping[str, Any], rank: int, world_size: int, head_fabric_ip: str) -> List[str]:
+        model, parallel, launch = recipe["model"], recipe["parallel"], recipe["launch"]
+        host = "[%s]" % head_fabric_ip if ":" in head_fabric_ip else head_fabric_ip
+        argv = ["python3", "-m", "sglang.launch_server", "--model-path", model["path_in_container"],
+                "--served-model-name", model["served_name"],
+                "--tp-size", str(parallel["tensor"]), "--pp-size", str(parallel["pipeline"]),
+                "--nnodes", str(world_size), "--node-rank", str(rank),
+                "--dist-init-addr", "%s:%d" % (host, launch["master_port"])]
+        if rank == 0:
+            argv += ["--host", launch["api_host"], "--port", str(launch["api_port"])]
+        return argv
+
+    def kv_words(self, kv: Mapping[str, Any]) -> List[str]:
+        words = super().kv_words(kv)
+        if kv.get("block_size") is not None:
+            words += ["--page-size", str(kv["block_size"])]
+        return words
+
+    def problems(self, recipe: Mapping[str, Any]) -> List[Problem]:
+        kv = recipe.get("kv_cache")
+        kv = kv if isinstance(kv, dict) else {}
+        found: List[Problem] = []
+        if kv.get("dtype") == "fp8":
+            found.append(("kv_cache.dtype", kv["dtype"],
+                          "SGLang names the FP8 formats fp8_e4m3 and fp8_e5m2; give one of them"))
+        if kv.get("memory_gib_per_rank") is not None:
+            found.append(("kv_cache.memory_gib_per_rank", kv["memory_gib_per_rank"],
+                          "SGLang has no flag for a KV cache size in bytes; remove it and size the pool "
+                          "with engine_args max-total-tokens or mem-fraction-static"))
+        return found
+
+    def metrics_served(self, recipe: Mapping[str, Any]) -> bool:
+        # SGLang serves /metrics only when started with --enable-metrics.
+        args = recipe.get("engine_args")
+        return flag_is_set(args if isinstance(args, dict) else {}, "enable-metrics")
+
+
+ENGINE = SGLang()
