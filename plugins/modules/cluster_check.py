@@ -12,7 +12,7 @@ description:
   - Builds the cluster from the hosts' variables (as the spark_cluster inventory plugin writes them, or
     as a plain YAML inventory carries them) and applies the same topology rules to both.
   - Fails with one message per problem, each naming the host, the variable, the bad value and the fix.
-  - Changes nothing. Run it on the controller, delegated to localhost and once per play.
+  - Changes nothing. Runs on the controller, in the playbook's own process (its action plugin), once per play.
 options:
   hosts:
     description: Inventory names of the cluster's nodes (the C(sparks) group).
@@ -58,31 +58,42 @@ cluster:
 """
 
 from dataclasses import asdict
+from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkserve.deploy.plugins.module_utils.cluster import cluster_from_hostvars, validate_cluster
 
+ARGUMENT_SPEC: dict[str, Any] = {
+    "hosts": {"type": "list", "elements": "str", "required": True},
+    "head": {"type": "list", "elements": "str", "required": True},
+    "hostvars": {"type": "dict", "required": True},
+}
 
-def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "hosts": {"type": "list", "elements": "str", "required": True},
-            "head": {"type": "list", "elements": "str", "required": True},
-            "hostvars": {"type": "dict", "required": True},
-        },
-        supports_check_mode=True,
-    )
+
+def run(params: dict[str, Any]) -> dict[str, Any]:
+    """The module's result for these arguments (``failed`` and ``msg`` when the cluster is refused).
+
+    The action plugin of the same name calls it on the controller, in process.
+    """
     try:
-        cluster = cluster_from_hostvars(module.params["hosts"], module.params["hostvars"], module.params["head"])
+        cluster = cluster_from_hostvars(params["hosts"], params["hostvars"], params["head"])
     except ValueError as err:
-        module.fail_json(msg=str(err))
+        return {"failed": True, "msg": str(err), "changed": False}
     problems = validate_cluster(cluster)
     if problems:
-        module.fail_json(msg="\n".join(problems), problems=problems)
+        return {"failed": True, "msg": "\n".join(problems), "problems": problems, "changed": False}
     result = asdict(cluster)
     result["nodes"] = sorted(result["nodes"], key=lambda node: node["rank"])
-    module.exit_json(changed=False, cluster=result)
+    return {"changed": False, "cluster": result}
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    result = run(module.params)
+    if result.pop("failed", False):
+        module.fail_json(**result)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

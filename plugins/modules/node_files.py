@@ -67,6 +67,34 @@ options:
         description: Its mode, a quoted string of octal digits such as V(0644) or V(0600).
         type: raw
         default: "0644"
+  blocks:
+    description:
+      - Blocks of lines this module owns inside a file that others write too (C(~/.ssh/authorized_keys),
+        C(~/.ssh/config)), as M(ansible.builtin.blockinfile) keeps them, between the lines
+        C(# BEGIN MARKER) and C(# END MARKER).
+      - The block replaces what is between the markers, or is added at the end of the file with its markers;
+        the rest of the file is kept as it is. An empty O(blocks[].content) removes the block and its markers.
+      - Each block becomes one file of O(files) (its whole new content), so the same checks, check mode and
+        diff apply; a path may hold one block.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      path:
+        description: Absolute path of the file; it is made when missing.
+        type: str
+        required: true
+      marker:
+        description: What the marker lines say after C(# BEGIN) and C(# END).
+        type: str
+        required: true
+      content:
+        description: The lines of the block, as text.
+        type: str
+        required: true
+      mode:
+        description: The file's mode; by default the mode it has, or V(0600) for a new file.
+        type: raw
 attributes:
   check_mode:
     support: full
@@ -99,6 +127,13 @@ EXAMPLES = r"""
         content: "{{ lookup('ansible.builtin.file', 'sparkserve-health', rstrip=false) }}"
         mode: "0755"
   notify: Restart ranks
+
+- name: Keep the peers' keys in a block of authorized_keys, leaving the user's own lines alone
+  sparkserve.deploy.node_files:
+    blocks:
+      - path: /root/.ssh/authorized_keys
+        marker: sparkserve peers
+        content: "{{ peer_keys | join('\\n') }}"
 """
 
 RETURN = r"""
@@ -487,6 +522,37 @@ def apply(action: Action) -> None:
         write_atomic(action.path, action.data, action.mode)
 
 
+def with_block(text: str, marker: str, block: str) -> str:
+    """TEXT with the lines between # BEGIN MARKER and # END MARKER made BLOCK (added at the end when absent)."""
+    begin, end = f"# BEGIN {marker}", f"# END {marker}"
+    lines = text.splitlines()
+    body = [begin, *block.splitlines(), end] if block.strip() else []
+    if begin in lines and end in lines[lines.index(begin):]:
+        first = lines.index(begin)
+        last = lines.index(end, first)
+        lines[first:last + 1] = body
+    else:
+        lines += body
+    return "".join(line + "\n" for line in lines)
+
+
+def block_files(blocks: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Each block as the file item that holds it: the file's whole new content and its mode."""
+    items = []
+    for block in blocks:
+        path = block["path"]
+        try:
+            with open(path, encoding="utf-8") as handle:
+                text = handle.read()
+            mode = block.get("mode") or mode_text(stat.S_IMODE(os.stat(path).st_mode))
+        except FileNotFoundError:
+            text, mode = "", block.get("mode") or "0600"
+        except (OSError, UnicodeDecodeError) as err:
+            raise ItemError([f"blocks: {path} cannot be read as text: {err}"]) from None
+        items.append({"dest": path, "content": with_block(text, block["marker"], block["content"]), "mode": mode})
+    return items
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -499,11 +565,18 @@ def main() -> None:
                 "content": {"type": "raw", "required": True},
                 "mode": {"type": "raw", "default": "0644"},
             }},
+            "blocks": {"type": "list", "elements": "dict", "default": [], "options": {
+                "path": {"type": "str", "required": True},
+                "marker": {"type": "str", "required": True},
+                "content": {"type": "str", "required": True},
+                "mode": {"type": "raw"},
+            }},
         },
         supports_check_mode=True,
     )
     try:
-        actions = plan(module.params["directories"], module.params["files"])
+        files = list(module.params["files"]) + block_files(module.params["blocks"])
+        actions = plan(module.params["directories"], files)
     except ItemError as err:
         module.fail_json(msg=err.msg, errors=err.errors, changed=False, changed_paths=[])
     done: list[str] = []

@@ -15,7 +15,8 @@ description:
   - Fails with every problem found, one per line, each naming the field, the bad value and the fix.
   - Otherwise returns the recipe with its defaults and, for each rank given, the container name, the engine's
     argument vector, the container environment and the ports the rank listens on.
-  - Changes nothing and runs the same in check mode. Run it on the controller, delegated to C(localhost).
+  - Changes nothing and runs the same in check mode. Runs on the controller, in the playbook's own process
+    (its action plugin).
   - The schema is documented field by field in C(recipes/README.md).
 options:
   recipe:
@@ -165,6 +166,8 @@ errors:
   elements: str
 """
 
+from typing import Any, Dict
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe.render import engine_facts, render_rank
@@ -173,30 +176,31 @@ from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe.validate 
     validate_recipe,
 )
 
-
-def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "recipe": {"type": "dict", "required": True},
-            "name": {"type": "str", "required": True},
-            "deployment": {"type": "str", "required": True},
-            "world_size": {"type": "int", "required": True},
-            "ranks": {
-                "type": "list",
-                "elements": "dict",
-                "required": True,
-                "options": {
-                    "rank": {"type": "int", "required": True},
-                    "head_fabric_ip": {"type": "str", "required": True},
-                },
-            },
-            "hf_token_present": {"type": "bool", "default": False},
-            "variables": {"type": "dict", "default": {}},
-            "recipe_dir": {"type": "path"},
+ARGUMENT_SPEC: Dict[str, Any] = {
+    "recipe": {"type": "dict", "required": True},
+    "name": {"type": "str", "required": True},
+    "deployment": {"type": "str", "required": True},
+    "world_size": {"type": "int", "required": True},
+    "ranks": {
+        "type": "list",
+        "elements": "dict",
+        "required": True,
+        "options": {
+            "rank": {"type": "int", "required": True},
+            "head_fabric_ip": {"type": "str", "required": True},
         },
-        supports_check_mode=True,
-    )
-    params = module.params
+    },
+    "hf_token_present": {"type": "bool", "default": False},
+    "variables": {"type": "dict", "default": {}},
+    "recipe_dir": {"type": "path"},
+}
+
+
+def run(params: Dict[str, Any]) -> Dict[str, Any]:
+    """The module's result for these arguments (``failed``, ``msg`` and ``errors`` when refused).
+
+    The action plugin of the same name calls it on the controller, in process.
+    """
     name = params["name"]
     world_size = params["world_size"]
 
@@ -213,7 +217,7 @@ def main() -> None:
             errors.append("recipe %s: rank %d is outside the cluster of %d nodes; ranks go from 0 to %d."
                           % (name, rank, world_size, world_size - 1))
     if errors:
-        module.fail_json(msg="\n".join(errors), errors=errors)
+        return {"failed": True, "msg": "\n".join(errors), "errors": errors, "changed": False}
 
     rendered = []
     for entry in params["ranks"]:
@@ -224,8 +228,16 @@ def main() -> None:
             continue
         rendered.append(dict(rank=entry["rank"], **one))
     if errors:
-        module.fail_json(msg="\n".join(errors), errors=errors)
-    module.exit_json(changed=False, recipe=recipe, ranks=rendered, engine=engine_facts(recipe))
+        return {"failed": True, "msg": "\n".join(errors), "errors": errors, "changed": False}
+    return {"changed": False, "recipe": recipe, "ranks": rendered, "engine": engine_facts(recipe)}
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    result = run(module.params)
+    if result.pop("failed", False):
+        module.fail_json(**result)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

@@ -390,3 +390,37 @@ def test_a_play_writes_templated_files_and_a_second_run_changes_nothing(tmp_path
     assert re.search(r"node\s*:\s*ok=1\s+changed=1\s", checked.stdout), checked.stdout
     assert "-MTU=9000" in checked.stdout and "+MTU=1500" in checked.stdout
     assert (base / "etc/sparkserve/fabric.env").read_text(encoding="utf-8") == "# node\nMTU=9000\n"
+
+
+def test_a_block_is_added_then_replaced_and_the_rest_of_the_file_kept(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    keys = tmp_path / "authorized_keys"
+    keys.write_text("ssh-ed25519 AAAA user@laptop\n")
+    os.chmod(keys, 0o640)
+    block = {"path": str(keys), "marker": "sparkserve peers",
+             "content": "ssh-ed25519 BBBB spark-1\nssh-ed25519 CCCC spark-2"}
+    first = run_main({"blocks": [block]}, capsys)
+    assert first["changed"] and first["changed_paths"] == [str(keys)]
+    assert keys.read_text() == ("ssh-ed25519 AAAA user@laptop\n# BEGIN sparkserve peers\nssh-ed25519 BBBB spark-1\n"
+                                "ssh-ed25519 CCCC spark-2\n# END sparkserve peers\n")
+    assert mode_of(keys) == 0o640, "the file keeps its mode"
+    assert run_main({"blocks": [block]}, capsys)["changed"] is False
+    keys.write_text(keys.read_text() + "ssh-rsa DDDD added@later\n")
+    changed = run_main({"blocks": [dict(block, content="ssh-ed25519 EEEE spark-3")]}, capsys)
+    assert changed["changed"]
+    assert keys.read_text() == ("ssh-ed25519 AAAA user@laptop\n# BEGIN sparkserve peers\nssh-ed25519 EEEE spark-3\n"
+                                "# END sparkserve peers\nssh-rsa DDDD added@later\n")
+    run_main({"blocks": [dict(block, content="")]}, capsys)
+    assert keys.read_text() == "ssh-ed25519 AAAA user@laptop\nssh-rsa DDDD added@later\n"
+
+
+def test_a_block_makes_a_missing_file_with_mode_0600_and_checks_like_a_file(tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "ssh" / "config"
+    block = {"path": str(config), "marker": "m", "content": "Host a\n    HostName 10.0.0.1"}
+    checked = run_main({"blocks": [block], "_ansible_check_mode": True}, capsys)
+    assert checked["changed"] and not config.exists()
+    run_main({"blocks": [block]}, capsys)
+    assert config.read_text() == "# BEGIN m\nHost a\n    HostName 10.0.0.1\n# END m\n" and mode_of(config) == 0o600
+    refused = run_main({"blocks": [dict(block, path="relative/config")]}, capsys)
+    assert refused["failed"] and "relative/config" in refused["msg"]

@@ -72,3 +72,38 @@ def test_main_refuses_an_mtu_out_of_range(capsys: pytest.CaptureFixture[str]) ->
     with patch_module_args({"addresses": [], "mtu": 65000}), pytest.raises(SystemExit):
         pl.main()
     assert "mtu 65000 is outside 1280..9216" in json.loads(capsys.readouterr().out)["msg"]
+
+
+IP_ADDR = [
+    {"ifname": "lo", "mtu": 65536, "addr_info": [{"local": "127.0.0.1"}]},
+    {"ifname": "enp1s0f1np1", "mtu": 9000, "addr_info": [{"local": "10.77.1.11"}]},
+    {"ifname": "enP2p1s0f1np1", "mtu": 1500, "addr_info": [{"local": "10.77.2.11"}]},
+    {"ifname": "enp9", "mtu": 9000, "addr_info": []},
+]
+
+
+def test_each_twin_is_checked_for_its_address_and_mtu() -> None:
+    links = [{"interface": "enp1s0f1np1", "address": "10.77.1.11"},
+             {"interface": "enP2p1s0f1np1", "address": "10.77.2.11"},
+             {"interface": "enp9", "address": "10.77.9.11"},
+             {"interface": "missing0", "address": "10.77.3.11"}]
+    assert pl.link_problems(links, IP_ADDR, 9000) == [
+        "enP2p1s0f1np1 has MTU 1500, the fabric needs 9000 on every node; set it the same everywhere",
+        "enp9 lacks its fabric address 10.77.9.11 (it has none); apply the fabric configuration",
+        "missing0 does not exist; check sparkserve_fabric_interfaces against `ip link`",
+    ]
+    assert pl.link_problems(links[:1], IP_ADDR, 9000) == []
+
+
+def test_main_stops_at_a_bad_twin_before_any_probe(monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    probes: list[Sequence[str]] = []
+    monkeypatch.setattr(pl, "read_links", lambda: IP_ADDR)
+    monkeypatch.setattr(pl, "run", lambda argv, timeout_s: probes.append(argv) or 0)
+    args = {"links": [{"interface": "enP2p1s0f1np1", "address": "10.77.2.11"}], "addresses": ["10.77.2.12"],
+            "mtu": 9000}
+    with patch_module_args(args), pytest.raises(SystemExit):
+        pl.main()
+    out = json.loads(capsys.readouterr().out)
+    assert out["failed"] is True and probes == []
+    assert out["msg"] == "enP2p1s0f1np1 has MTU 1500, the fabric needs 9000 on every node; set it the same everywhere"
