@@ -60,9 +60,8 @@ cluster:
 from dataclasses import asdict
 from typing import Any
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.sparkserve.deploy.plugins.module_utils.cluster import cluster_from_hostvars, validate_cluster
+from ansible_collections.sparkserve.deploy.plugins.module_utils.controller_module import run_module
 
 ARGUMENT_SPEC: dict[str, Any] = {
     "hosts": {"type": "list", "elements": "str", "required": True},
@@ -89,11 +88,7 @@ def run(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    result = run(module.params)
-    if result.pop("failed", False):
-        module.fail_json(**result)
-    module.exit_json(**result)
+    run_module(ARGUMENT_SPEC, run)
 
 
 if __name__ == "__main__":

@@ -132,12 +132,12 @@ import re
 import stat
 import subprocess
 import tarfile
-import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence, Tuple
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.sparkserve.deploy.plugins.module_utils.files import write_atomic
 from ansible_collections.sparkserve.deploy.plugins.module_utils.unified_diff import PatchError, apply_patch
 
 Runner = Callable[[Sequence[str]], Tuple[int, bytes, str]]
@@ -350,22 +350,6 @@ def ensure_dirs(dest: str, folder: str) -> None:
         if not os.path.isdir(current):
             os.mkdir(current, 0o755)
             os.chmod(current, 0o755)
-
-
-def write_atomic(path: str, data: bytes) -> None:
-    """Write to a temporary file beside path, mode 0644, then rename it over path."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=os.path.dirname(path))
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fchmod(handle.fileno(), 0o644)
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def remove_stale(dest: str, paths: Sequence[str]) -> None:

@@ -176,11 +176,12 @@ failed_path:
 import os
 import re
 import stat
-import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.sparkserve.deploy.plugins.module_utils.files import write_atomic
 
 # Three or four octal digits, with an optional leading zero: 644, 0644, 2775, 02775.
 MODE_PATTERN = re.compile(r"^0?[0-7]{3,4}$")
@@ -484,32 +485,6 @@ def plan(directories: Sequence[Mapping[str, Any]], files: Sequence[Mapping[str, 
     if planner.errors:
         raise ItemError(planner.errors)
     return planner.actions
-
-
-def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomic(path: str, data: bytes, mode: int) -> None:
-    """Write data to a temporary file beside path with mode, fsync it, then rename it over path."""
-    folder = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fchmod(handle.fileno(), mode)
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
-        raise
-    fsync_dir(folder)
 
 
 def apply(action: Action) -> None:

@@ -168,8 +168,7 @@ errors:
 
 from typing import Any, Dict
 
-from ansible.module_utils.basic import AnsibleModule
-
+from ansible_collections.sparkserve.deploy.plugins.module_utils.controller_module import run_module
 from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe.render import engine_facts, render_rank
 from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe.validate import (
     validate_for_cluster,
@@ -233,11 +232,7 @@ def run(params: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    result = run(module.params)
-    if result.pop("failed", False):
-        module.fail_json(**result)
-    module.exit_json(**result)
+    run_module(ARGUMENT_SPEC, run)
 
 
 if __name__ == "__main__":
