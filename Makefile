@@ -43,9 +43,11 @@ site:
 	ansible-playbook -i inventory/lab site.yml
 
 ## docs: write each role's README.md from its meta/argument_specs.yml and the comments of
-## its defaults/main.yml (pytest fails while one is stale; tools/role-docs.py --check names it).
+## its defaults/main.yml, and recipes/README.md and recipes/recipe.schema.json from the
+## recipe schema (pytest fails while one is stale; each tool's --check names it).
 docs:
 	python3 tools/role-docs.py
+	python3 tools/recipe-docs.py
 
 pytest:
 	@$(TIMED) pytest -- python -m pytest -q -n $(PYTEST_WORKERS) tests
