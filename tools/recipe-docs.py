@@ -217,12 +217,24 @@ fields, the variables' values and the files are the validator's alone. Give
 every new recipe that first line.
 
 A recipe is checked in full before anything changes on a node. Unknown keys
-are errors at every level, and every problem is reported at once, each naming
-the field, the bad value and the fix, for example:
+are errors at every level, each with its close match where there is one, at
+its own level or one up or down (`tensor: 2` at the top: did you mean
+`parallel.tensor`?), and every problem is reported at once, each naming the
+file and the line, the field, the bad value and the fix, for example:
 
 ```
-recipe glm53-fp4local-mtp-tp2: model.revision is "main"; pin the full 40-character commit (HfApi().model_info(repo, revision="main").sha gives it).
+recipe glm53-fp4local-mtp-tp2 (recipes/glm53-fp4local-mtp-tp2.yml, line 38): model.revision is "main"; pin the full 40-character commit (HfApi().model_info(repo, revision="main").sha gives it).
 ```
+
+A file that is not valid YAML (a tab, an unclosed bracket), is empty, is
+not a mapping, or gives a key twice is refused first, with the file, line
+and column. An `env` name that looks secret (a word KEY, a word ending in
+TOKEN or APIKEY, or one holding SECRET or PASSWORD: `HF_TOKEN`,
+`OPENAI_API_KEY`) is refused: a
+recipe is committed and printed, and the Hugging Face token belongs in
+Ansible Vault as `weights_hf_token`. Wherever sparkserve prints an
+environment or a command line (`playbooks/render.yml`, the messages), the
+value of such a name is shown as `********`.
 
 Then it is checked against the cluster: `parallel.tensor` × `parallel.pipeline`
 must equal the number of nodes × `parallel.gpus_per_node`;
@@ -251,8 +263,8 @@ deployment is refused, every missing value at once, each naming the field
 and where to find the value:
 
 ```
-recipe glm53-nvfp4-dflash2-tp4: model.revision_from names the inventory variable glm53_nvfp4_revision, which is not set; set it to the full 40-character commit of zai-org/GLM-5.3-Flash-NVFP4 you deploy; seed 000 names no commit (HfApi().model_info("zai-org/GLM-5.3-Flash-NVFP4").sha gives the newest).
-recipe glm53-fp4local-mtp-tp2: model.file_overrides[0].source names "files/glm53-fp4local-mtp-tp2/generation_config.json", which is not in the recipes folder (recipes); put the file there: model/generation_config.json of DevelopingDad/GLM-5.3-Flash-FP4-Local-DGX-Spark-Optimized (...), the upstream file with terminal EOS id 154828 added; NVIDIA Open Model Agreement.
+recipe glm53-nvfp4-dflash2-tp4 (recipes/glm53-nvfp4-dflash2-tp4.yml, line 40): model.revision_from names the inventory variable glm53_nvfp4_revision, which is not set; set it to the full 40-character commit of zai-org/GLM-5.3-Flash-NVFP4 you deploy; seed 000 names no commit (HfApi().model_info("zai-org/GLM-5.3-Flash-NVFP4").sha gives the newest).
+recipe glm53-fp4local-mtp-tp2 (recipes/glm53-fp4local-mtp-tp2.yml, line 47): model.file_overrides[0].source names "files/glm53-fp4local-mtp-tp2/generation_config.json", which is not in the recipes folder (recipes); put the file there: model/generation_config.json of DevelopingDad/GLM-5.3-Flash-FP4-Local-DGX-Spark-Optimized (...), the upstream file with terminal EOS id 154828 added; NVIDIA Open Model Agreement.
 ```
 
 A variable without a `supply` sentence is refused with what the field must
@@ -329,8 +341,9 @@ The environment of a rank is, each winning over the one before: for vLLM
   `speculative-config: {method: mtp, num_speculative_tokens: 5}`.
 
 Flags sparkserve sets itself (model, parallel sizes, nodes and rank,
-addresses and ports, KV cache) are refused in `engine_args`; set the recipe
-field named in the error instead. A draft model is passed the same way, by
+addresses and ports, KV cache) are refused in `engine_args`, and so is a key
+one letter off one of them (`tensor-paralel-size`); set the recipe field
+named in the error instead. A draft model is passed the same way, by
 the recipe: its weights are mounted at `draft_model.path_in_container`, and
 the recipe names that path in the engine's speculative-decoding flag.
 """

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, List
 
+import yaml
+
 from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe.validate import variables_named
 
 DOCUMENTATION = r"""
@@ -18,14 +20,15 @@ description:
     it reports each one that is not set, with where to find its value.
 options:
   _input:
-    description: The recipe, as loaded from its YAML file. Anything else gives an empty list.
+    description:
+      - The recipe, as loaded from its YAML file, or the text of the file. Anything else, and a text that is not
+        valid YAML, gives an empty list (C(recipe_render) reads the file and says what is wrong with it).
     type: raw
     required: true
 """
 
 EXAMPLES = r"""
-recipe_from_keys: "{{ lookup('ansible.builtin.file', 'recipes/lab-tp2.yml') | from_yaml
-  | sparkserve.deploy.recipe_variables }}"
+recipe_from_keys: "{{ lookup('ansible.builtin.file', 'recipes/lab-tp2.yml') | sparkserve.deploy.recipe_variables }}"
 """
 
 RETURN = r"""
@@ -37,7 +40,12 @@ _value:
 
 
 def recipe_variables(recipe: Any) -> List[str]:
-    """The variables the recipe's *_from fields name."""
+    """The variables the recipe's *_from fields name (the recipe loaded, or its file's text)."""
+    if isinstance(recipe, str):
+        try:
+            recipe = yaml.safe_load(recipe)
+        except yaml.YAMLError:
+            return []
     return variables_named(recipe)
 
 

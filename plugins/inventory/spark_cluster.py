@@ -26,6 +26,13 @@ description:
   - The file is checked as a whole (unknown keys, then every topology rule of
     sparkserve's cluster model); any problem fails the parse with every message,
     one per line.
+  - Two sources no inventory plugin can read are claimed, to say why and how to fix it
+    (a path that does not exist, and a YAML file whose C(plugin) is this plugin but
+    whose name does not end in C(.sparks.yml)).
+  - Where the C(sparkserve.deploy.inventory_guard) vars plugin is enabled and
+    C(any_unparsed_is_failed) is set (as sparkserve's ansible.cfg has them), the
+    report is left to the guard, which raises it once every source is read, as the
+    one error shown; elsewhere the source fails as usual.
   - Needs C(netaddr) on the controller.
 requirements:
   - netaddr
@@ -143,6 +150,9 @@ vars:
   ansible_python_interpreter: /usr/bin/python3
 """
 
+import difflib
+import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -159,6 +169,7 @@ from ansible_collections.sparkserve.deploy.plugins.module_utils.cluster import (
     cluster_hostvars,
     validate_cluster,
 )
+from ansible_collections.sparkserve.deploy.plugins.plugin_utils.inventory_refusal import guard_speaks, leave
 
 try:
     import netaddr
@@ -177,6 +188,10 @@ REQUIRED = {
 COMPUTED_VARS = frozenset(CONTRACT_VARS) | {"sparkserve_recipe"}
 DEFAULT_MTU = 9000
 PREFIX = "inventory: "
+# Ansible's own default source, absent on most controllers and never an error (InventoryManager.parse_source).
+DEFAULT_SOURCE = "/etc/ansible/hosts"
+SUFFIXES = (".sparks.yml", ".sparks.yaml")
+PLUGIN_LINE = re.compile(r"""^plugin:[ \t]*["']?sparkserve\.deploy\.spark_cluster["']?[ \t]*(#.*)?$""", re.MULTILINE)
 
 
 class InventoryModule(BaseInventoryPlugin):
@@ -187,55 +202,90 @@ class InventoryModule(BaseInventoryPlugin):
     trusted_by_default = True
 
     def verify_file(self, path: str) -> bool:
-        return path.endswith((".sparks.yml", ".sparks.yaml")) and super().verify_file(path)
+        # Two sources no inventory plugin can read are claimed too, so that parse() says why: a path that does
+        # not exist, and a cluster file under a name that does not end in .sparks.yml.
+        if _missing(path):
+            return True
+        if path.endswith(SUFFIXES):
+            return super().verify_file(path)
+        return _misnamed(path) is not None
 
     def parse(self, inventory: Any, loader: Any, path: str, cache: bool = True) -> None:
         super().parse(inventory, loader, path, cache)
+        report = self._read(path)
+        if report is None:
+            return
+        if guard_speaks():
+            leave(self.inventory, report)  # the guard raises it once every source is read (plugin_utils)
+        else:
+            raise AnsibleParserError(report)
+
+    def _read(self, path: str) -> str | None:
+        """Populate the inventory from the file; or, when it cannot be used, the report saying why."""
+        if _missing(path):
+            return _missing_report(path)
+        line = _misnamed(path)
+        if line is not None:
+            stem = path[: -len(os.path.splitext(path)[1]) or None]
+            return (f"{path}:{line}: plugin: {self.NAME} makes this a Spark cluster file, but the spark_cluster "
+                    "inventory plugin reads only files whose name ends in .sparks.yml, so no plugin reads it; "
+                    f"rename it to {stem}.sparks.yml.")
         if netaddr is None:
-            raise AnsibleParserError(f"{path}: the spark_cluster inventory plugin needs netaddr on the controller; "
-                                     "install it (pip install netaddr) in Ansible's Python.")
-        raw = self.loader.load_from_file(path, cache="none", trusted_as_template=True)
+            return (f"{path}: the spark_cluster inventory plugin needs netaddr on the controller; "
+                    "install it (pip install netaddr) in Ansible's Python.")
+        try:
+            raw = self.loader.load_from_file(path, cache="none", trusted_as_template=True)
+        except AnsibleError as error:
+            if not getattr(error.obj, "line_num", None):  # not a YAML error: the file could not be read
+                return f"{path}: {error.message}"
+            return (f"{error.obj}: {error.message} The cluster file is not valid YAML; fix it there "
+                    "(inventory/example/two-sparks.sparks.yml shows the format).")
         problems: list[str] = []
         if isinstance(raw, Mapping):
             problems += _unknown(raw, TOP_KEYS, "the top level")
             problems += [f"{PREFIX}{key} is missing; {REQUIRED[key]}" for key in REQUIRED if raw.get(key) is None]
             if any(raw.get(key) is None for key in REQUIRED):
-                raise AnsibleParserError(_report(path, problems))
+                return _report(path, problems)
         try:
             self._read_config_data(path)
         except AnsibleError as error:
             problems.append(f"{PREFIX}{error.message}")
-            raise AnsibleParserError(_report(path, problems)) from error
+            return _report(path, problems)
 
         extra = _host_vars(self.get_option("vars"), "vars", problems)
-        cluster, node_vars = self._cluster(problems)
+        cluster, node_vars, unnamed = self._cluster(problems)
         if cluster is not None:
-            problems += validate_cluster(cluster)
+            # A node without a name was reported as such; its stand-in name (nodes[N]) is not one to rename.
+            problems += [problem for problem in validate_cluster(cluster)
+                         if not any(problem.startswith(f"{PREFIX}node name {name!r}") for name in unnamed)]
         if problems or cluster is None:  # a cluster of None always comes with its problems
-            raise AnsibleParserError(_report(path, problems))
+            return _report(path, problems)
         self._populate(cluster, extra, node_vars)
+        return None
 
     # --- reading the file ---
 
-    def _cluster(self, problems: list[str]) -> tuple[Cluster | None, dict[str, dict]]:
-        """The cluster the file describes, or None where its shape is too broken to check the rules."""
+    def _cluster(self, problems: list[str]) -> tuple[Cluster | None, dict[str, dict], set[str]]:
+        """The cluster the file describes (None where its shape is too broken to check the rules), each node's
+        extra variables, and the stand-in names of the nodes without one."""
         fabric = self.get_option("fabric")
         twins = _twins(fabric, problems)
         nodes_in = self.get_option("nodes")
         if not isinstance(nodes_in, list):
             problems.append(f"{PREFIX}nodes is {nodes_in!r}; list the Sparks, each with name and address.")
-            return None, {}
+            return None, {}, set()
         shapeless = [index for index, entry in enumerate(nodes_in) if not isinstance(entry, Mapping)]
         for index in shapeless:
             problems.append(f"{PREFIX}nodes[{index}] is {nodes_in[index]!r}; write each node as a mapping with "
                             "name and address.")
         if twins is None or shapeless:
-            return None, {}
+            return None, {}, set()
 
         heads = [index for index, entry in enumerate(nodes_in) if entry.get("head") is True]
         head_index = heads[0] if heads else 0
         nodes: list[Node] = []
         node_vars: dict[str, dict] = {}
+        unnamed: set[str] = set()
         worker_rank = 1
         for index, entry in enumerate(nodes_in):
             problems += _unknown(entry, NODE_KEYS, f"nodes[{index}]")
@@ -244,6 +294,7 @@ class InventoryModule(BaseInventoryPlugin):
                 problems.append(f"{PREFIX}nodes[{index}] has no name; "
                                 "give it the node's inventory name (name: spark-a).")
                 name = f"nodes[{index}]"
+                unnamed.add(name)
             head = entry.get("head", False)
             if not isinstance(head, bool):
                 problems.append(f"{PREFIX}{name}: head is {head!r}; write true or false.")
@@ -259,7 +310,7 @@ class InventoryModule(BaseInventoryPlugin):
         cluster = Cluster(nodes=nodes, twins=twins, mtu=fabric.get("mtu", DEFAULT_MTU),
                           management_subnet=self.get_option("management_subnet"),
                           rdma_sysfs_root=fabric.get("rdma_sysfs_root", DEFAULT_RDMA_SYSFS_ROOT))
-        return cluster, node_vars
+        return cluster, node_vars, unnamed
 
     # --- writing the inventory ---
 
@@ -284,6 +335,42 @@ class InventoryModule(BaseInventoryPlugin):
             variables.update(node_vars.get(name, {}))
             for key, value in variables.items():
                 self.inventory.set_variable(name, key, value)
+
+
+def _missing(path: str) -> bool:
+    """A source that names a file that is not there (not a host list, not Ansible's default)."""
+    return "," not in path and path != DEFAULT_SOURCE and not os.path.lexists(path)
+
+
+def _missing_report(path: str) -> str:
+    folder, name = os.path.split(path)
+    if folder and not os.path.isdir(folder):
+        found = f" (nor does its folder {folder})"
+    else:
+        try:
+            siblings = sorted(os.listdir(folder or "."))
+        except OSError:
+            siblings = []
+        stem = name.removesuffix(os.path.splitext(name)[1]).removesuffix(".sparks")
+        same = [f"{stem}{end}" for end in SUFFIXES + (".yml", ".yaml") if f"{stem}{end}" in siblings]
+        near = same or difflib.get_close_matches(name, siblings, n=1, cutoff=0.85)
+        found = f" (is it {os.path.join(folder, near[0])}?)" if near else ""
+    return (f"inventory {path} does not exist{found}; give -i the path of your inventory: a cluster file whose "
+            "name ends in .sparks.yml (inventory/example/two-sparks.sparks.yml) or a YAML inventory "
+            "(inventory/example/hosts.yml).")
+
+
+def _misnamed(path: str) -> int | None:
+    """The line of `plugin: sparkserve.deploy.spark_cluster` in a YAML file not named *.sparks.yml, or None."""
+    if path.endswith(SUFFIXES) or os.path.splitext(path)[1] not in (".yml", ".yaml", "") or not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            text = handle.read(1 << 20)
+    except OSError:
+        return None
+    match = PLUGIN_LINE.search(text)
+    return text.count("\n", 0, match.start()) + 1 if match else None
 
 
 def _report(path: str, problems: list[str]) -> str:

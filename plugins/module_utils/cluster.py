@@ -65,6 +65,8 @@ _CLUSTER_WIDE = (
 )
 
 _PREFIX = "inventory: "
+# A node's inventory name: one word that ssh config, shells and container names all take as it is.
+_NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _HOST_LABEL = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
 _WHERE_FABRIC_IPS = "fabric_ips in a .sparks.yml, sparkserve_fabric_ips in a YAML inventory"
 _WHERE_HEAD = "head: true on one node of a .sparks.yml, one host in the head group of a YAML inventory"
@@ -116,6 +118,11 @@ def validate_cluster(cluster: Cluster) -> list[str]:
     subnets = _check_twins(cluster.twins, management, problems)
     _check_nodes(cluster, subnets, management, problems)
     return problems
+
+
+def _count(number: int, noun: str) -> str:
+    """'1 node', '2 nodes'."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def _twin_label(index: int, twin: Twin) -> str:
@@ -261,10 +268,35 @@ def _check_names(nodes: list[Node], problems: list[str]) -> None:
         if not isinstance(node.name, str) or not node.name.strip():
             problems.append(f"{_PREFIX}node {index + 1} has no name; give every Spark its inventory name.")
             continue
+        _check_name_characters(node.name, problems)
         counts[node.name] = counts.get(node.name, 0) + 1
     for name, count in counts.items():
         if count > 1:
             problems.append(f"{_PREFIX}node name {name} appears {count} times; give each Spark its own name.")
+
+
+def _check_name_characters(name: str, problems: list[str]) -> None:
+    """A node's name is a pattern of the peers' ssh config (Host NAME ADDRESS...): one word of plain characters."""
+    if _NODE_NAME.match(name):
+        return
+    words = name.split()
+    if len(words) > 1:
+        why = f"has a space, so the nodes' ssh config would read it as {len(words)} names ({', '.join(words)})"
+    elif any(char.isspace() for char in name):
+        why = "has a space at its start or end, which the nodes' ssh config would drop"
+    else:
+        odd = sorted({char for char in name if not (char.isascii() and (char.isalnum() or char in "._-"))})
+        why = (f"has {', '.join(repr(char) for char in odd)}, which the nodes' ssh config would not read as "
+               "a plain name" if odd else f"starts with {name[0]!r}")
+    fixed = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-._") or "spark-a"
+    problems.append(f"{_PREFIX}node name {name!r} (name in a .sparks.yml, the host's name in a YAML inventory) {why}; "
+                    "rename the node with letters, digits, '.', '-' and '_' only, starting with a letter or digit, "
+                    f"for example {fixed}.")
+
+
+def _numbering(count: int) -> str:
+    """How to number ``count`` nodes."""
+    return "give the node rank 0" if count == 1 else f"number the nodes 0..{count - 1} with the head at 0"
 
 
 def _check_ranks(nodes: list[Node], problems: list[str]) -> None:
@@ -272,7 +304,7 @@ def _check_ranks(nodes: list[Node], problems: list[str]) -> None:
     for node in nodes:
         if not _is_int(node.rank):
             problems.append(f"{_PREFIX}{node.name}: rank (sparkserve_rank) {node.rank!r} is not a whole number; "
-                            f"number the nodes 0..{len(nodes) - 1}, the head 0.")
+                            f"{_numbering(len(nodes))}.")
             continue
         holders.setdefault(node.rank, []).append(node.name)
     for rank, names in sorted(holders.items()):
@@ -282,8 +314,12 @@ def _check_ranks(nodes: list[Node], problems: list[str]) -> None:
     ranks = sorted(holders)
     if all(_is_int(node.rank) for node in nodes) and ranks != list(range(len(nodes))):
         shown = ", ".join(str(node.rank) for node in sorted(nodes, key=lambda n: n.rank))
-        problems.append(f"{_PREFIX}ranks (sparkserve_rank) are {shown} but {len(nodes)} nodes need exactly "
-                        f"0..{len(nodes) - 1}; number the nodes 0..{len(nodes) - 1} with the head at 0.")
+        if len(nodes) == 1:
+            problems.append(f"{_PREFIX}rank (sparkserve_rank) is {shown} but 1 node needs rank 0; "
+                            f"{_numbering(1)}.")
+        else:
+            problems.append(f"{_PREFIX}ranks (sparkserve_rank) are {shown} but {_count(len(nodes), 'node')} need "
+                            f"exactly 0..{len(nodes) - 1}; {_numbering(len(nodes))}.")
 
 
 def _check_heads(nodes: list[Node], problems: list[str]) -> None:
@@ -503,9 +539,10 @@ def cluster_from_hostvars(names: list[str], hostvars: dict, head_names: list[str
                 lists[var] = value
     if len(lists) == 3 and len({len(value) for value in lists.values()}) != 1:
         problems.append(
-            f"{_PREFIX}the twin lists differ in length: {len(lists['sparkserve_fabric_interfaces'])} interfaces, "
-            f"{len(lists['sparkserve_rdma_devices'])} RDMA devices, "
-            f"{len(lists['sparkserve_fabric_subnets'])} subnets; "
+            f"{_PREFIX}the twin lists differ in length: "
+            f"{_count(len(lists['sparkserve_fabric_interfaces']), 'interface')}, "
+            f"{_count(len(lists['sparkserve_rdma_devices']), 'RDMA device')}, "
+            f"{_count(len(lists['sparkserve_fabric_subnets']), 'subnet')}; "
             "give sparkserve_fabric_interfaces, sparkserve_rdma_devices and sparkserve_fabric_subnets "
             "one entry per twin."
         )

@@ -28,6 +28,11 @@ options:
     description: The nodes' variables, by name (the C(sparkserve_*) variables and C(ansible_host)).
     type: dict
     required: true
+  sources:
+    description: The inventory's sources (C(ansible_inventory_sources)); every message names them.
+    type: list
+    elements: str
+    default: []
 author:
   - sparkserve
 """
@@ -38,6 +43,7 @@ EXAMPLES = r"""
     hosts: "{{ groups['sparks'] }}"
     head: "{{ groups['head'] | default([]) }}"
     hostvars: "{{ dict(groups['sparks'] | zip(groups['sparks'] | map('extract', hostvars))) }}"
+    sources: "{{ ansible_inventory_sources }}"
   delegate_to: localhost
   run_once: true
 """
@@ -67,7 +73,9 @@ ARGUMENT_SPEC: dict[str, Any] = {
     "hosts": {"type": "list", "elements": "str", "required": True},
     "head": {"type": "list", "elements": "str", "required": True},
     "hostvars": {"type": "dict", "required": True},
+    "sources": {"type": "list", "elements": "str", "default": []},
 }
+PREFIX = "inventory: "
 
 
 def run(params: dict[str, Any]) -> dict[str, Any]:
@@ -75,16 +83,25 @@ def run(params: dict[str, Any]) -> dict[str, Any]:
 
     The action plugin of the same name calls it on the controller, in process.
     """
+    sources = params.get("sources") or []
     try:
         cluster = cluster_from_hostvars(params["hosts"], params["hostvars"], params["head"])
     except ValueError as err:
-        return {"failed": True, "msg": str(err), "changed": False}
-    problems = validate_cluster(cluster)
+        return {"failed": True, "msg": "\n".join(_named(str(err).splitlines(), sources)), "changed": False}
+    problems = _named(validate_cluster(cluster), sources)
     if problems:
         return {"failed": True, "msg": "\n".join(problems), "problems": problems, "changed": False}
     result = asdict(cluster)
     result["nodes"] = sorted(result["nodes"], key=lambda node: node["rank"])
     return {"changed": False, "cluster": result}
+
+
+def _named(problems: list[str], sources: list[str]) -> list[str]:
+    """Each message with the inventory it is about: "inventory FILE: ..." instead of "inventory: ..."."""
+    if not sources:
+        return problems
+    where = f"inventory {', '.join(sources)}: "
+    return [where + problem[len(PREFIX):] if problem.startswith(PREFIX) else problem for problem in problems]
 
 
 def main() -> None:

@@ -9,10 +9,12 @@ module: recipe_render
 short_description: Validate a recipe and render each rank's container name, command line, environment and ports
 version_added: "0.1.0"
 description:
-  - Checks a recipe (loaded from C(recipes/NAME.yml) by the caller) against the recipe schema, fills its
-    defaults, and checks it against the cluster (parallel sizes against the node count, load format,
+  - Reads the recipe C(recipes/NAME.yml) (or takes it loaded, O(recipe)), checks it against the recipe schema,
+    fills its defaults, and checks it against the cluster (parallel sizes against the node count, load format,
     Hugging Face token of a gated model).
-  - Fails with every problem found, one per line, each naming the field, the bad value and the fix.
+  - Fails with every problem found, one per line, each naming the field, the bad value and the fix; when the
+    module read the file, each also names the file and the line of the field. A file that is not valid YAML,
+    is empty, is not a mapping or gives a key twice is refused with the file, line and column.
   - Otherwise returns the recipe with its defaults and, for each rank given, the container name, the engine's
     argument vector, the container environment and the ports the rank listens on.
   - Changes nothing and runs the same in check mode. Runs on the controller, in the playbook's own process
@@ -20,9 +22,13 @@ description:
   - The schema is documented field by field in C(recipes/README.md).
 options:
   recipe:
-    description: The recipe, as loaded from its YAML file.
-    type: dict
-    required: true
+    description:
+      - The recipe, as loaded from its YAML file, for a caller that loads it itself. Anything but a mapping is
+        refused with what the recipe must be.
+      - Left out (or null), the module reads O(recipe_dir)/O(name).yml itself, with PyYAML's safe loader. The
+        action plugin does so on the controller, which has PyYAML; run as a module on a host without PyYAML,
+        give O(recipe).
+    type: raw
   name:
     description: The recipe's name (its file name without C(.yml)); it must equal the recipe's C(name).
     type: str
@@ -65,6 +71,7 @@ options:
     description:
       - The recipes folder. When given, every file the recipe names there (C(overlays[].patch),
         C(file_overrides[].source)) must exist, and each override must have its C(sha256).
+      - Without O(recipe), the recipe is read from here; one of the two must be given.
     type: path
 attributes:
   check_mode:
@@ -78,9 +85,9 @@ author:
 """
 
 EXAMPLES = r"""
-- name: Render both ranks of a two-node deployment
+- name: Render both ranks of a two-node deployment (the module reads recipes/glm53-fp4local-mtp-tp2.yml)
   sparkserve.deploy.recipe_render:
-    recipe: "{{ lookup('ansible.builtin.file', 'recipes/glm53-fp4local-mtp-tp2.yml') | from_yaml }}"
+    recipe_dir: "{{ playbook_dir }}/../recipes"
     name: glm53-fp4local-mtp-tp2
     deployment: glm53
     world_size: 2
@@ -166,9 +173,11 @@ errors:
   elements: str
 """
 
-from typing import Any, Dict
+import os
+from typing import Any, Dict, List
 
 from ansible_collections.sparkserve.deploy.plugins.module_utils.controller_module import run_module
+from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe.load import load_recipe_file, locate
 from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe.render import engine_facts, render_rank
 from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe.validate import (
     validate_for_cluster,
@@ -176,7 +185,7 @@ from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe.validate 
 )
 
 ARGUMENT_SPEC: Dict[str, Any] = {
-    "recipe": {"type": "dict", "required": True},
+    "recipe": {"type": "raw"},
     "name": {"type": "str", "required": True},
     "deployment": {"type": "str", "required": True},
     "world_size": {"type": "int", "required": True},
@@ -202,9 +211,18 @@ def run(params: Dict[str, Any]) -> Dict[str, Any]:
     """
     name = params["name"]
     world_size = params["world_size"]
+    data, path = params["recipe"], None
+    lines: Dict[str, int] = {}
+    if data is None:
+        if not params["recipe_dir"]:
+            return _failed(["recipe %s: neither recipe nor recipe_dir is given; give the recipes folder "
+                            "(recipe_dir), or the loaded recipe." % name])
+        path = os.path.join(params["recipe_dir"], name + ".yml")
+        data, lines, errors = load_recipe_file(path, name)
+        if errors:
+            return _failed(errors)
 
-    recipe, errors = validate_recipe(params["recipe"], name, variables=params["variables"],
-                                     recipes_dir=params["recipe_dir"])
+    recipe, errors = validate_recipe(data, name, variables=params["variables"], recipes_dir=params["recipe_dir"])
     errors += validate_for_cluster(recipe, name, world_size, params["hf_token_present"])
     seen = set()
     for entry in params["ranks"]:
@@ -213,10 +231,10 @@ def run(params: Dict[str, Any]) -> Dict[str, Any]:
             errors.append("recipe %s: rank %d is given twice in ranks; give each rank once." % (name, rank))
         seen.add(rank)
         if not 0 <= rank < max(world_size, 1):
-            errors.append("recipe %s: rank %d is outside the cluster of %d nodes; ranks go from 0 to %d."
-                          % (name, rank, world_size, world_size - 1))
+            errors.append("recipe %s: rank %d is outside the cluster of %d node%s; ranks go from 0 to %d."
+                          % (name, rank, world_size, "" if world_size == 1 else "s", world_size - 1))
     if errors:
-        return {"failed": True, "msg": "\n".join(errors), "errors": errors, "changed": False}
+        return _failed(locate(errors, name, path, lines) if path else errors)
 
     rendered = []
     for entry in params["ranks"]:
@@ -227,8 +245,12 @@ def run(params: Dict[str, Any]) -> Dict[str, Any]:
             continue
         rendered.append(dict(rank=entry["rank"], **one))
     if errors:
-        return {"failed": True, "msg": "\n".join(errors), "errors": errors, "changed": False}
+        return _failed(errors)
     return {"changed": False, "recipe": recipe, "ranks": rendered, "engine": engine_facts(recipe)}
+
+
+def _failed(errors: List[str]) -> Dict[str, Any]:
+    return {"failed": True, "msg": "\n".join(errors), "errors": errors, "changed": False}
 
 
 def main() -> None:

@@ -7,6 +7,7 @@ addresses are on loopback all the same, so nothing could leave this machine.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -114,3 +115,51 @@ def test_both_lab_recipes_render_for_their_cluster(tmp_path: Path, recipe: str) 
     done = render(cluster_file(tmp_path, nodes=nodes, recipe=recipe))
     assert done.returncode == 0, done.stdout + done.stderr
     assert flat(done.stdout).count("--node-rank") == nodes
+
+
+# ------------------------------------------------------------ bad recipes (issue 17)
+
+def recipes_copy(tmp_path: Path, name: str = "lab-tp2", change: tuple[str, str] = ("", "")) -> Path:
+    """A recipes folder beside the test holding recipes/NAME.yml, lab-tp2's text with CHANGE made, and its patches."""
+    folder = tmp_path / "recipes"
+    shutil.copytree(ROOT / "recipes" / "patches", folder / "patches")
+    text = (ROOT / "recipes" / "lab-tp2.yml").read_text(encoding="utf-8").replace("name: lab-tp2", f"name: {name}")
+    assert change[0] in text
+    (folder / f"{name}.yml").write_text(text.replace(*change), encoding="utf-8")
+    return folder
+
+
+def test_a_recipe_that_is_not_yaml_is_refused_naming_its_file_and_line(tmp_path: Path) -> None:
+    folder = recipes_copy(tmp_path, "zz-broken", ("image_from: lab_engine_image", "image: [unclosed"))
+    done = render(cluster_file(tmp_path, recipe="zz-broken"), "-e", f"recipe_dir={folder}")
+    out = flat(done.stdout)
+    assert done.returncode != 0
+    assert (f"recipe zz-broken ({folder}/zz-broken.yml, line 10, column 8): the file is not valid YAML: "
+            'expected "," or "]", but got ":" while parsing a flow sequence (the line reads "image: [unclosed"); '
+            "close the [ opened there with ], or quote the value if the [ belongs to it.") in out
+    assert "from_yaml" not in out and "Finalization" not in out
+
+
+def test_a_secret_in_a_recipe_env_is_refused_and_never_printed(tmp_path: Path) -> None:
+    folder = recipes_copy(tmp_path, change=("env:\n", "env:\n  HF_TOKEN: hf-token-not-shown\n"))
+    done = render(cluster_file(tmp_path), "-e", f"recipe_dir={folder}")
+    out = flat(done.stdout)
+    assert done.returncode != 0
+    assert (f"recipe lab-tp2 ({folder}/lab-tp2.yml, line 32): env.HF_TOKEN is ********; its name says it holds a "
+            "secret") in out
+    assert "Ansible Vault as weights_hf_token" in out
+    assert "hf-token-not-shown" not in done.stdout + done.stderr
+
+
+def test_render_masks_secret_looking_values(tmp_path: Path) -> None:
+    # A secret can still reach what render.yml prints: an engine flag, or the inventory's fabric_env_extra.
+    folder = recipes_copy(tmp_path, change=("engine_args:\n", "engine_args:\n  api-key: sk-key-not-shown\n"))
+    inventory = cluster_file(tmp_path)
+    with inventory.open("a", encoding="utf-8") as handle:
+        handle.write("  fabric_env_extra: {NCCL_DEBUG: INFO, UCX_SECRET: fabric-secret-not-shown}\n")
+    done = render(inventory, "-e", f"recipe_dir={folder}")
+    out = flat(done.stdout)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert len(re.findall(r"--api-key '*\*{8}'* --max-model-len", out)) == 2  # quoted, then quoted again by YAML
+    assert out.count("UCX_SECRET=******** ") == 2 and "NCCL_DEBUG=INFO" in out
+    assert "not-shown" not in done.stdout + done.stderr

@@ -19,6 +19,7 @@ from ansible_collections.sparkserve.deploy.plugins.module_utils.cluster import (
     cluster_hostvars,
     validate_cluster,
 )
+from ansible_collections.sparkserve.deploy.plugins.modules.cluster_check import run
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER_PY = REPO / "plugins/module_utils/cluster.py"
@@ -120,8 +121,65 @@ def test_rank_must_be_a_whole_number() -> None:
     cluster = make_cluster(2)
     cluster.nodes[1].rank = "one"  # type: ignore[assignment]
     assert problems_of(cluster) == [
-        "inventory: spark-b: rank (sparkserve_rank) 'one' is not a whole number; number the nodes 0..1, the head 0."
+        "inventory: spark-b: rank (sparkserve_rank) 'one' is not a whole number; "
+        "number the nodes 0..1 with the head at 0."
     ]
+
+
+def test_one_node_is_one_node_not_one_nodes() -> None:
+    cluster = make_cluster(1)
+    cluster.nodes[0].rank = 3
+    assert problems_of(cluster) == [
+        "inventory: rank (sparkserve_rank) is 3 but 1 node needs rank 0; give the node rank 0.",
+        "inventory: spark-a: the head has rank 3; the head must be rank 0, give it rank 0 and the workers 1 and up.",
+    ]
+    cluster.nodes[0].rank = "three"  # type: ignore[assignment]
+    assert problems_of(cluster) == [
+        "inventory: spark-a: rank (sparkserve_rank) 'three' is not a whole number; give the node rank 0."
+    ]
+    assert not any("1 nodes" in problem for problem in problems_of(cluster))
+
+
+@pytest.mark.parametrize(("name", "why", "fixed"), [
+    ("spark b", "has a space, so the nodes' ssh config would read it as 2 names (spark, b)", "spark-b"),
+    ("spark-b ", "has a space at its start or end, which the nodes' ssh config would drop", "spark-b"),
+    ("spark*b", "has '*', which the nodes' ssh config would not read as a plain name", "spark-b"),
+    ("-spark-b", "starts with '-'", "spark-b"),
+])
+def test_a_node_name_must_be_one_plain_word(name: str, why: str, fixed: str) -> None:
+    """The name is a pattern of every peer's ssh config (Host NAME ADDRESS...): a space makes it two."""
+    cluster = make_cluster(2)
+    cluster.nodes[1].name = name
+    assert problems_of(cluster) == [
+        f"inventory: node name {name!r} (name in a .sparks.yml, the host's name in a YAML inventory) {why}; "
+        "rename the node with letters, digits, '.', '-' and '_' only, starting with a letter or digit, "
+        f"for example {fixed}."
+    ]
+
+
+@pytest.mark.parametrize("name", ["spark-2", "node1", "spark_b", "spark-b.lan", "192.168.1.22", "Spark-B"])
+def test_plain_node_names_pass(name: str) -> None:
+    cluster = make_cluster(2)
+    cluster.nodes[1].name = name
+    assert problems_of(cluster) == []
+
+
+def test_cluster_check_names_the_inventory_file() -> None:
+    """For a plain YAML inventory the recipe role's cluster_check gives every message the inventory's file."""
+    names, hostvars, heads = example_hostvars()
+    hostvars["spark b"] = hostvars.pop("spark-b")
+    result = run({"hosts": ["spark-a", "spark b"], "head": heads, "hostvars": hostvars,
+                  "sources": ["/srv/inventory/hosts.yml"]})
+    assert result["failed"] is True
+    assert result["msg"] == (
+        "inventory /srv/inventory/hosts.yml: node name 'spark b' (name in a .sparks.yml, the host's name in a YAML "
+        "inventory) has a space, so the nodes' ssh config would read it as 2 names (spark, b); rename the node with "
+        "letters, digits, '.', '-' and '_' only, starting with a letter or digit, for example spark-b."
+    )
+    del hostvars["spark b"]["sparkserve_rank"]
+    result = run({"hosts": ["spark-a", "spark b"], "head": heads, "hostvars": hostvars,
+                  "sources": ["/srv/inventory/hosts.yml"]})
+    assert result["msg"].startswith("inventory /srv/inventory/hosts.yml: spark b: sparkserve_rank is missing; ")
 
 
 def test_two_heads() -> None:
@@ -583,7 +641,8 @@ def test_twin_lists_must_have_the_same_length() -> None:
     names, hostvars, heads = example_hostvars()
     for variables in hostvars.values():
         variables["sparkserve_rdma_devices"] = [R1]
-    with pytest.raises(ValueError, match=r"inventory: the twin lists differ in length: 2 interfaces, 1 RDMA devices"):
+    with pytest.raises(ValueError,
+                       match=r"inventory: the twin lists differ in length: 2 interfaces, 1 RDMA device, 2 subnets; "):
         cluster_from_hostvars(names, hostvars, heads)
 
 

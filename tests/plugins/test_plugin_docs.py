@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 PLUGINS = Path(__file__).resolve().parents[2] / "plugins"
-DOCUMENTED = sorted(p for kind in ("modules", "filter", "inventory", "callback") for p in (PLUGINS / kind).glob("*.py"))
+KINDS = ("modules", "filter", "inventory", "callback", "vars")
+DOCUMENTED = sorted(p for kind in KINDS for p in (PLUGINS / kind).glob("*.py"))
 
 
 def doc_strings(path: Path) -> dict[str, str]:

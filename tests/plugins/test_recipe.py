@@ -202,10 +202,13 @@ def test_unknown_keys_are_errors_at_every_level() -> None:
     data["model"]["sha"] = COMMIT
     errors = errors_of(data)
     assert len(errors) == 3
-    assert errors[0].startswith("recipe t: served_name is not a field of a recipe; use one of: name, description,")
+    # A close match, at its own level or one level down or up, is named; without one, the level's fields are.
+    assert errors[0] == ("recipe t: served_name is not a field of a recipe; did you mean `model.served_name`? "
+                         "(the fields are in recipes/README.md).")
     assert any(e.startswith("recipe t: model.sha is not a field of model; use one of: repo, revision, "
                             "revision_from, served_name, gated, path_in_container") for e in errors)
-    assert any("launch.ordre is not a field of launch; use one of: order, api_host," in e for e in errors)
+    assert "recipe t: launch.ordre is not a field of launch; did you mean `launch.order`? " \
+           "(the fields are in recipes/README.md)." in errors
 
 
 def test_unknown_key_in_an_overlay() -> None:
@@ -483,6 +486,10 @@ def test_recipe_variables_filter() -> None:
     data = yaml.safe_load((RECIPES / "lab-tp2.yml").read_text(encoding="utf-8"))
     assert rf.FilterModule().filters()["recipe_variables"](data) == ["lab_engine_image", "lab_model_revision"]
     assert rf.recipe_variables("not a recipe") == []
+    # The file's text works too; a text that is not YAML names no variable (recipe_render says why).
+    assert rf.recipe_variables((RECIPES / "lab-tp2.yml").read_text(encoding="utf-8")) == [
+        "lab_engine_image", "lab_model_revision"]
+    assert rf.recipe_variables("image: [unclosed\n") == []
     yaml.safe_load(rf.DOCUMENTATION)
 
 
@@ -538,6 +545,169 @@ def test_cluster_check_survives_an_invalid_recipe() -> None:
     recipe, errors = validate_recipe({"name": "t", "parallel": [], "engine_args": "x"}, "t")
     assert errors
     assert validate_for_cluster(recipe, "t", 2, False) == []
+
+
+# ------------------------------------------------------------ bad input, second round (issue 17)
+
+@pytest.mark.parametrize("data,key,meant", [
+    (base(tensor=2), "tensor", "`parallel.tensor`"),
+    (base(guard={"floor_gib": 4}), "guard", "`memory.guard`"),
+    (base(**{"served-name": "m"}), "served-name", "`model.served_name`"),
+    (base(parallel={"tensor": 2, "tensr": 2}), "parallel.tensr", "`parallel.tensor`"),
+    (base(launch={"min_available_gb": 90}), "launch.min_available_gb", "`memory.min_available_gib`"),
+    (base(memory={"guard": {"flor_gib": 4}}), "memory.guard.flor_gib", "`memory.guard.floor_gib`"),
+    (base(model={"repo": "org/model", "revision": COMMIT, "served_name": "m",
+                 "file_overrides": [{"path": "a.json", "source": "files/a.json", "sha265": "a" * 64}]}),
+     "model.file_overrides[0].sha265", "`model.file_overrides[0].sha256`"),
+])
+def test_an_unknown_key_names_its_close_match_at_its_level_or_one_away(data: dict[str, Any], key: str,
+                                                                       meant: str) -> None:
+    assert "recipe t: %s is not a field of %s; did you mean %s? (the fields are in recipes/README.md)." % (
+        key, key.rsplit(".", 1)[0] if "." in key else "a recipe", meant) in errors_of(data)
+
+
+def test_an_unknown_key_without_a_close_match_lists_its_level() -> None:
+    assert one_error(base(replicas=2)).startswith(
+        "recipe t: replicas is not a field of a recipe; use one of: name, description, engine,")
+
+
+@pytest.mark.parametrize("engine,key,near,field", [
+    ("vllm", "tensor-paralel-size", "tensor-parallel-size", "parallel.tensor"),
+    ("vllm", "pipline_parallel_size", "pipeline-parallel-size", "parallel.pipeline"),
+    ("vllm", "served-model-nam", "served-model-name", "model.served_name"),
+    ("vllm", "kv-cache-dtpye", "kv-cache-dtype", "kv_cache.dtype"),
+    ("vllm", "prot", "port", "launch.api_port"),
+    ("sglang", "page-sise", "page-size", "kv_cache.block_size"),
+])
+def test_an_engine_flag_one_letter_off_an_owned_one_is_refused(engine: str, key: str, near: str, field: str) -> None:
+    assert one_error(base(engine=engine, engine_args={key: 4})) == (
+        "recipe t: engine_args.%s is 4; it is one letter off --%s, which sparkserve sets itself from %s: did you "
+        "mean `%s`? Set that field and remove this key from engine_args." % (key, near, field, field))
+
+
+def test_an_owned_flag_set_from_the_cluster_one_letter_off() -> None:
+    assert one_error(base(engine_args={"nnode": 2})) == (
+        "recipe t: engine_args.nnode is 2; it is one letter off --nnodes, which sparkserve sets itself from the "
+        "cluster's node count: remove this key from engine_args.")
+
+
+@pytest.mark.parametrize("engine,key", [
+    ("sglang", "dp-size"), ("sglang", "ep-size"), ("vllm", "data-parallel-size"), ("vllm", "max-model-len"),
+    ("vllm", "kv-cache-memory"), ("vllm", "ports-range"),
+])
+def test_real_engine_flags_near_owned_ones_pass(engine: str, key: str) -> None:
+    valid(base(engine=engine, engine_args={key: 2}))
+
+
+@pytest.mark.parametrize("key", ["HF_TOKEN", "hf_token", "HUGGING_FACE_HUB_TOKEN", "OPENAI_API_KEY", "MYAPIKEY",
+                                 "DB_PASSWORD", "AWS_SECRET_ACCESS_KEY", "CLIENT_SECRETS", "Redis_Passwd"])
+def test_a_secret_looking_env_name_is_refused_and_its_value_never_shown(key: str) -> None:
+    message = one_error(base(env={key: "s3cr3t-value"}))
+    assert message.startswith("recipe t: env.%s is ********; its name says it holds a secret" % key)
+    assert "Ansible Vault as weights_hf_token (ansible-vault encrypt_string --name weights_hf_token)" in message
+    assert "s3cr3t-value" not in message
+    # Nor in any other message about it (a value of the wrong type).
+    assert not any("12345" in e for e in errors_of(base(env={key: 12345})))
+
+
+@pytest.mark.parametrize("key", ["TOKENIZERS_PARALLELISM", "VLLM_MAX_TOKENS", "NCCL_DEBUG", "KEYBOARD_LAYOUT",
+                                 "NCCL_IB_PKEY", "MONKEY_PATCH"])
+def test_env_names_that_only_look_alike_pass(key: str) -> None:
+    valid(base(env={key: "x"}))
+
+
+def test_secrets_are_masked_where_printed() -> None:
+    from ansible_collections.sparkserve.deploy.plugins.filter import mask_secrets as ms
+
+    mask = ms.FilterModule().filters()["mask_secrets"]
+    assert mask({"HF_TOKEN": "hf_x", "NCCL_DEBUG": "INFO", "TOKENIZERS_PARALLELISM": "false"}) == {
+        "HF_TOKEN": "********", "NCCL_DEBUG": "INFO", "TOKENIZERS_PARALLELISM": "false"}
+    assert mask(["vllm", "serve", "--api-key", "sk-x", "--api_key=sk-y", "--port", "8000", "--ssl-keyfile",
+                 "--enforce-eager"]) == ["vllm", "serve", "--api-key", "********", "--api_key=********", "--port",
+                                         "8000", "--ssl-keyfile", "--enforce-eager"]
+    assert mask("text") == "text"
+    yaml.safe_load(ms.DOCUMENTATION)
+
+
+@pytest.mark.parametrize("image", [
+    "eugr/Spark-vLLM@" + DIGEST,
+    "Eugr/spark@" + DIGEST,
+    "registry.example:5000/Team/vllm@" + DIGEST,
+])
+def test_an_image_repository_in_upper_case_is_refused_with_its_lower_case_form(image: str) -> None:
+    repo = image.split("@")[0]
+    host = repo.split("/")[0] + "/" if "." in repo.split("/")[0] else ""
+    assert one_error(base(image=image)) == (
+        'recipe t: image is "%s"; Docker accepts only lower-case repository names (the registry host and the tag '
+        "may hold capitals; docker pull refuses the rest); write %s%s@%s." % (
+            image, host, repo[len(host):].lower(), DIGEST))
+
+
+@pytest.mark.parametrize("image", [
+    "Registry.Example:5000/vllm:Latest@" + DIGEST, "localhost:5000/a/b@" + DIGEST, "nvcr.io/nvidia/vllm:25.09-py3@"
+    + DIGEST, "vllm/vllm-openai@" + DIGEST, "a__b/c-d.e@" + DIGEST,
+])
+def test_image_references_docker_accepts_pass(image: str) -> None:
+    valid(base(image=image))
+
+
+@pytest.mark.parametrize("host,fix", [
+    ("0.0.0.0:8000", "give the address alone and the port in launch.api_port: api_host: 0.0.0.0 and api_port: 8000"),
+    ("[::1]:8000", "give the address alone and the port in launch.api_port: api_host: ::1 and api_port: 8000"),
+    ("http://0.0.0.0:8000/", "give the address alone and the port in launch.api_port: api_host: 0.0.0.0 and "
+                             "api_port: 8000"),
+    ("localhost:", "give the address alone, without a scheme, brackets, port or spaces (127.0.0.1, 0.0.0.0, ::); "
+                   "the port goes in launch.api_port"),
+    ("my host", "give the address alone, without a scheme, brackets, port or spaces (127.0.0.1, 0.0.0.0, ::); the "
+                "port goes in launch.api_port"),
+])
+def test_an_api_host_with_a_port_is_refused(host: str, fix: str) -> None:
+    assert one_error(base(launch={"api_host": host})) == 'recipe t: launch.api_host is %s; %s.' % (
+        json.dumps(host), fix)
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0", "::", "::1", "fe80::1%eth0", "spark-a.local"])
+def test_api_hosts_without_a_port_pass(host: str) -> None:
+    valid(base(launch={"api_host": host}))
+
+
+def test_a_digest_one_digit_short_says_how_many_digits_it_has() -> None:
+    short = "repo@sha256:" + "3f" * 31 + "3"
+    assert one_error(base(image=short)) == (
+        'recipe t: image is "%s"; it has 63 hex digits, not the 64 of a digest; copy the whole digest (docker '
+        "buildx imagetools inspect IMAGE prints it)." % short)
+    assert "must be sha256:<64 hex>" in one_error(base(image="repo@md5:" + "3f" * 16))
+
+
+def test_a_full_length_commit_with_a_wrong_character_says_which() -> None:
+    upper = COMMIT[:10] + COMMIT[10:].upper()
+    assert one_error(base(model={"repo": "org/model", "revision": upper, "served_name": "m"})) == (
+        'recipe t: model.revision is "%s"; a commit is lower-case hex and character 11 (E) is upper case; write '
+        "it in lower case: %s." % (upper, COMMIT))
+    typo = COMMIT[:5] + "x" + COMMIT[6:]
+    assert one_error(base(model={"repo": "org/model", "revision": typo, "served_name": "m"})) == (
+        'recipe t: model.revision is "%s"; character 6 ("x") is not a hex digit: a commit is 40 lower-case hex '
+        'digits, 0-9 and a-f; copy the commit again (HfApi().model_info(repo, revision="main").sha gives the '
+        "newest)." % typo)
+    assert "it has 12 hex digits, not the 40 of a commit; pin the full 40-character commit" in one_error(
+        base(model={"repo": "org/model", "revision": COMMIT[:12], "served_name": "m"}))
+
+
+def test_a_sha256_with_a_capital_says_so() -> None:
+    overlay = {"path": "/a.py", "original_sha256": "A" + "a" * 63, "patch": "a.diff", "result_sha256": "b" * 64}
+    assert one_error(base(overlays=[overlay])) == (
+        'recipe t: overlays[0].original_sha256 is "%s"; a sha256 is lower-case hex and character 1 (A) is upper '
+        "case; write it in lower case: %s." % ("A" + "a" * 63, "a" * 64))
+
+
+def test_one_node_is_not_nodes() -> None:
+    assert validate_for_cluster(valid(base()), "t", 1, False) == [
+        "recipe t: parallel.tensor × parallel.pipeline is 2 × 1 = 2 GPUs but the cluster has 1 node × "
+        "parallel.gpus_per_node 1 = 1 GPU; make the two equal, by changing parallel.tensor or by deploying on "
+        "2 nodes."]
+    assert validate_for_cluster(valid(base(parallel={"tensor": 1})), "t", 2, False)[0].endswith(
+        "= 1 GPU but the cluster has 2 nodes × parallel.gpus_per_node 1 = 2 GPUs; make the two equal, by changing "
+        "parallel.tensor or by deploying on 1 node.")
 
 
 # ------------------------------------------------------------ render

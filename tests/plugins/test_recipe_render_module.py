@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -179,3 +180,149 @@ def test_documentation_is_valid_yaml_and_matches_the_arguments() -> None:
     descriptions(doc["options"])
     yaml.safe_load(recipe_render.EXAMPLES)
     assert set(yaml.safe_load(recipe_render.RETURN)) == {"recipe", "ranks", "engine", "errors"}
+
+
+# ------------------------------------------------------------ the recipe read from its file (issue 17)
+
+TEXT = f"""name: t
+engine: vllm
+image: {IMAGE}
+model:
+  repo: org/model
+  revision: '{COMMIT}'
+  served_name: m
+parallel:
+  tensor: 2
+launch:
+  api_host: 0.0.0.0
+engine_args:
+  max-model-len: 4096
+env:
+  NCCL_DEBUG: INFO
+"""
+WHERE = "recipe t (recipes/t.yml"
+
+
+def from_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], text: str,
+              world_size: int = 2) -> dict[str, Any]:
+    """Run the module on recipes/t.yml holding TEXT, from the folder above it, without passing the recipe."""
+    (tmp_path / "recipes").mkdir(exist_ok=True)
+    (tmp_path / "recipes" / "t.yml").write_text(text, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    return run_module({"name": "t", "deployment": "d", "world_size": world_size, "recipe_dir": "recipes",
+                       "ranks": [{"rank": r, "head_fabric_ip": "10.0.0.1"} for r in range(world_size)]}, capsys)
+
+
+def test_the_module_reads_the_recipe_file_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    result = from_file(tmp_path, monkeypatch, capsys, TEXT)
+    assert not result.get("failed"), result
+    assert result["recipe"]["image"] == IMAGE and result["ranks"][0]["argv"][:2] == ["vllm", "serve"]
+
+
+# Each case: the change to TEXT, and the whole message: the file and the line, the field, the value, the fix.
+BAD_FILES = {
+    "a YAML syntax error": (
+        ("image: " + IMAGE, "image: [unclosed"),
+        WHERE + ', line 3, column 8): the file is not valid YAML: expected "," or "]", but got ":" while parsing '
+        'a flow sequence (the line reads "image: [unclosed"); close the [ opened there with ], or quote the value '
+        "if the [ belongs to it."),
+    "a tab": (
+        ("  tensor: 2", "\ttensor: 2"),
+        WHERE + ', line 9, column 1): the file is not valid YAML: found character "\\t" that cannot start any token '
+        'while scanning for the next token (the line reads "\\ttensor: 2"); YAML indents with spaces only; replace '
+        "the tab with spaces."),
+    "an empty file": (
+        (TEXT, "# a recipe, one day\n"),
+        WHERE + "): the file is empty; write the recipe's fields there (recipes/README.md lists them; "
+        "recipes/lab-tp2.yml is a short example)."),
+    "a list": (
+        (TEXT, "- name: t\n- engine: vllm\n"),
+        WHERE + ", line 1): the file holds a list, not a mapping of fields; write each field at the top level as "
+        "KEY: VALUE, without a leading dash (name: t, engine: ..., see recipes/README.md)."),
+    "a key given twice": (
+        ("engine: vllm\n", "engine: vllm\nengine: sglang\n"),
+        WHERE + ", line 3): engine is given twice in one mapping (first at line 2); YAML keeps only the last, so "
+        "keep one."),
+    "a key one level up": (
+        ("parallel:\n  tensor: 2\n", "tensor: 2\nparallel:\n  pipeline: 1\n"),
+        WHERE + ", line 8): tensor is not a field of a recipe; did you mean `parallel.tensor`? (the fields are in "
+        "recipes/README.md)."),
+    "an owned flag one letter off": (
+        ("  max-model-len: 4096", "  tensor-paralel-size: 2"),
+        WHERE + ", line 13): engine_args.tensor-paralel-size is 2; it is one letter off --tensor-parallel-size, "
+        "which sparkserve sets itself from parallel.tensor: did you mean `parallel.tensor`? Set that field and "
+        "remove this key from engine_args."),
+    "a secret in env": (
+        ("  NCCL_DEBUG: INFO", "  HF_TOKEN: hf_not_a_real_token"),
+        WHERE + ", line 15): env.HF_TOKEN is ********; its name says it holds a secret (a TOKEN, KEY, SECRET or "
+        "PASSWORD), and a recipe is committed and printed: remove it from the recipe, and keep the Hugging Face "
+        "token in Ansible Vault as weights_hf_token (ansible-vault encrypt_string --name weights_hf_token), which "
+        "the weights stage uses, and any other secret in Vault too."),
+    "an image repository in upper case": (
+        ("registry.example:5000/vllm", "registry.example:5000/Team/vLLM"),
+        WHERE + ', line 3): image is "registry.example:5000/Team/vLLM@sha256:%s"; Docker accepts only lower-case '
+        "repository names (the registry host and the tag may hold capitals; docker pull refuses the rest); write "
+        "registry.example:5000/team/vllm@sha256:%s." % ("3f" * 32, "3f" * 32)),
+    "an API host with a port": (
+        ("0.0.0.0", "0.0.0.0:8000"),
+        WHERE + ', line 11): launch.api_host is "0.0.0.0:8000"; give the address alone and the port in '
+        "launch.api_port: api_host: 0.0.0.0 and api_port: 8000."),
+    "a digest one digit short": (
+        ("3f" * 32, "3f" * 31 + "3"),
+        WHERE + ', line 3): image is "registry.example:5000/vllm@sha256:%s"; it has 63 hex digits, not the 64 of '
+        "a digest; copy the whole digest (docker buildx imagetools inspect IMAGE prints it)." % ("3f" * 31 + "3")),
+    "a commit in upper case": (
+        (COMMIT, COMMIT.upper()),
+        WHERE + ', line 6): model.revision is "%s"; a commit is lower-case hex and character 6 (D) is upper case; '
+        "write it in lower case: %s." % (COMMIT.upper(), COMMIT)),
+    "a commit with a letter that is not hex": (
+        (COMMIT, COMMIT[:-1] + "g"),
+        WHERE + ', line 6): model.revision is "%s"; character 40 ("g") is not a hex digit: a commit is 40 '
+        'lower-case hex digits, 0-9 and a-f; copy the commit again (HfApi().model_info(repo, revision="main").sha '
+        "gives the newest)." % (COMMIT[:-1] + "g")),
+}
+
+
+@pytest.mark.parametrize("change,message", BAD_FILES.values(), ids=list(BAD_FILES))
+def test_a_bad_recipe_file_is_refused_naming_the_file_line_field_and_fix(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        change: tuple[str, str], message: str) -> None:
+    assert change[0] in TEXT
+    result = from_file(tmp_path, monkeypatch, capsys, TEXT.replace(*change))
+    assert result["failed"] is True
+    assert result["errors"][0] == message, result["errors"]
+    assert "hf_not_a_real_token" not in json.dumps(result)
+
+
+def test_one_node_is_one_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    result = from_file(tmp_path, monkeypatch, capsys, TEXT, world_size=1)
+    assert result["errors"] == [
+        WHERE + ", line 9): parallel.tensor × parallel.pipeline is 2 × 1 = 2 GPUs but the cluster has 1 node × "
+        "parallel.gpus_per_node 1 = 1 GPU; make the two equal, by changing parallel.tensor or by deploying on 2 nodes."]
+
+
+def test_a_missing_recipe_file_and_a_missing_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    args = {"name": "t", "deployment": "d", "world_size": 1, "ranks": [{"rank": 0, "head_fabric_ip": "10.0.0.1"}]}
+    assert run_module(args, capsys)["msg"] == ("recipe t: neither recipe nor recipe_dir is given; give the recipes "
+                                               "folder (recipe_dir), or the loaded recipe.")
+    assert run_module(dict(args, recipe_dir=str(tmp_path)), capsys)["msg"] == (
+        "recipe t (t.yml): the file does not exist; give the name of a file of the recipes folder, without .yml.")
+
+
+def test_a_node_without_pyyaml_is_told_to_pass_the_recipe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setitem(sys.modules, "yaml", None)  # import yaml now raises ImportError, as on a bare node
+    result = from_file(tmp_path, monkeypatch, capsys, TEXT)
+    assert result["msg"] == (WHERE + "): reading the file needs PyYAML, which this Python lacks; pass the loaded "
+                             "recipe as recipe, or run recipe_render from a playbook (its action plugin reads the "
+                             "file on the controller).")
+
+
+def test_recipe_data_that_is_not_a_mapping_is_refused_by_the_validator(capsys: pytest.CaptureFixture[str]) -> None:
+    result = run_module(lab_args(recipe=["name", "lab-tp2"]), capsys)
+    assert result["errors"] == ['recipe lab-tp2: the recipe is ["name", "lab-tp2"]; it must be a YAML mapping of '
+                                "the fields in recipes/README.md."]

@@ -26,6 +26,8 @@ from ansible_collections.sparkserve.deploy.plugins.module_utils.cluster import (
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "inventory/example"
 PLUGIN = "sparkserve.deploy.spark_cluster"
+# The inventory plugins ansible.cfg enables, in its order.
+PROJECT_PLUGINS = f"{PLUGIN},ansible.builtin.yaml,ansible.builtin.ini,ansible.builtin.host_list"
 TOP_KEYS = {"plugin", "recipe", "user", "management_subnet", "fabric", "nodes", "vars"}
 
 TWINS = textwrap.dedent("""\
@@ -77,12 +79,21 @@ def cluster_file(tmp_path: Path, nodes: str, head: str = "", name: str = "cluste
     return write(tmp_path, text + "nodes:\n" + textwrap.indent(textwrap.dedent(nodes), "  "), name)
 
 
+def refusal(tmp_path: Path, source: Path, enabled: str = PROJECT_PLUGINS) -> str:
+    """The one error shown for a source that must not parse, checked to be alone and the last thing on the screen."""
+    done = ansible_inventory(tmp_path, source, enabled)
+    assert done.returncode != 0, done.stdout
+    assert done.stdout == "", done.stdout
+    assert done.stderr.startswith("[ERROR]: ") and done.stderr.count("[ERROR]") == 1, done.stderr
+    assert "[WARNING]" not in done.stderr and "Completely failed" not in done.stderr, done.stderr
+    return done.stderr.removeprefix("[ERROR]: ").strip()
+
+
 def problems(tmp_path: Path, source: Path) -> list[str]:
     """The plugin's messages for a file that must not parse."""
-    done = ansible_inventory(tmp_path, source, PLUGIN)
-    assert done.returncode != 0, done.stdout
-    cause = done.stderr.split("<<< caused by >>>", 1)[1]
-    return [line for line in cause.splitlines() if line.startswith("inventory: ")]
+    shown = refusal(tmp_path, source, PLUGIN)
+    assert shown.startswith(f"{source}: "), shown
+    return [line for line in shown.splitlines() if line.startswith("inventory: ")]
 
 
 def groups(inventory: dict[str, Any]) -> dict[str, list[str]]:
@@ -263,13 +274,65 @@ def test_management_subnet_and_sysfs_root_are_carried(tmp_path: Path) -> None:
     assert variables["sparkserve_fabric_mtu"] == 1500
 
 
-def test_only_sparks_files_are_claimed(tmp_path: Path) -> None:
-    path = cluster_file(tmp_path, "- {name: a, address: 192.168.1.21}\n", name="cluster.yml")
-    done = ansible_inventory(tmp_path, path, "auto")
-    assert done.returncode != 0
-    assert f"could not be verified by inventory plugin '{PLUGIN}'" in done.stderr
+def test_only_sparks_files_are_read(tmp_path: Path) -> None:
     assert inventory_of(tmp_path, cluster_file(tmp_path, "- {name: a, address: 192.168.1.21}\n",
                                                name="c.sparks.yaml"), "auto")["head"]["hosts"] == ["a"]
+    plain = write(tmp_path, "sparks:\n  hosts:\n    a: {ansible_host: 192.168.1.21}\n", name="plain.yml")
+    assert inventory_of(tmp_path, plain, PROJECT_PLUGINS)["sparks"]["hosts"] == ["a"]  # the yaml plugin's
+
+
+@pytest.mark.parametrize("enabled", [PROJECT_PLUGINS, "auto"])
+def test_a_cluster_file_under_another_name_is_told_to_rename(tmp_path: Path, enabled: str) -> None:
+    path = write(tmp_path, "---\n# my cluster\n" + cluster_file(tmp_path, "- {name: a, address: 192.168.1.21}\n")
+                 .read_text(encoding="utf-8"), name="cluster.yml")
+    assert refusal(tmp_path, path, enabled) == (
+        f"{path}:3: plugin: {PLUGIN} makes this a Spark cluster file, but the spark_cluster inventory plugin reads "
+        f"only files whose name ends in .sparks.yml, so no plugin reads it; rename it to {tmp_path}/cluster.sparks.yml."
+    )
+
+
+def test_a_missing_inventory_says_it_does_not_exist(tmp_path: Path) -> None:
+    cluster_file(tmp_path, "- {name: a, address: 192.168.1.21}\n", name="mycluster.sparks.yml")
+    missing = tmp_path / "mycluster.yml"
+    assert refusal(tmp_path, missing) == (
+        f"inventory {missing} does not exist (is it {tmp_path}/mycluster.sparks.yml?); give -i the path of your "
+        "inventory: a cluster file whose name ends in .sparks.yml (inventory/example/two-sparks.sparks.yml) or a "
+        "YAML inventory (inventory/example/hosts.yml)."
+    )
+    assert refusal(tmp_path, tmp_path / "nowhere" / "c.sparks.yml").startswith(
+        f"inventory {tmp_path}/nowhere/c.sparks.yml does not exist (nor does its folder {tmp_path}/nowhere); ")
+
+
+def test_a_yaml_error_names_the_file_and_line(tmp_path: Path) -> None:
+    text = cluster_file(tmp_path, "- {name: a, address: 192.168.1.21}\n").read_text(encoding="utf-8")
+    path = write(tmp_path, text.replace("  mtu: 9000", "  mtu: [9000"))
+    shown = refusal(tmp_path, path)
+    assert shown.startswith(f"{path}:5:")
+    assert shown.endswith("The cluster file is not valid YAML; fix it there "
+                          "(inventory/example/two-sparks.sparks.yml shows the format).")
+
+
+def test_a_refused_file_is_the_last_thing_on_the_screen(tmp_path: Path) -> None:
+    """With every plugin ansible.cfg enables, the yaml and ini plugins' failures are not shown after it."""
+    text = cluster_file(tmp_path, "- {name: a, address: 192.168.1.21}\n").read_text(encoding="utf-8")
+    path = write(tmp_path, text.replace("mtu: 9000", "mtu: 90000"))
+    assert refusal(tmp_path, path) == (
+        f"{path}: 1 problem in the Spark cluster file:\n"
+        "inventory: fabric MTU 90000 is outside 1280..9216; set sparkserve_fabric_mtu (fabric.mtu in a .sparks.yml) "
+        "to a whole number in 1280..9216: 9000, the Spark community default, or 1500."
+    )
+
+
+def test_a_node_name_with_a_space_is_refused(tmp_path: Path) -> None:
+    path = cluster_file(tmp_path, """\
+        - {name: spark-a, address: 192.168.1.21}
+        - {name: spark b, address: 192.168.1.22}
+        """)
+    assert problems(tmp_path, path) == [
+        "inventory: node name 'spark b' (name in a .sparks.yml, the host's name in a YAML inventory) has a space, "
+        "so the nodes' ssh config would read it as 2 names (spark, b); rename the node with letters, digits, '.', "
+        "'-' and '_' only, starting with a letter or digit, for example spark-b.",
+    ]
 
 
 # --- a bad file fails with every message ----------------------------------------------

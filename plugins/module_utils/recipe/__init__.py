@@ -8,8 +8,16 @@
 - ``render``: ``render_rank`` (one rank's container, command line,
   environment, ports, mounts), ``render_engine_args``, ``render_mounts`` and
   ``engine_endpoints``.
+- ``load``: ``load_recipe_file`` (the file parsed, with the line of every
+  key; YAML errors, empty files, non-mappings and doubled keys refused with
+  the file, line and column) and ``locate`` (the file and line put into the
+  validation's messages). Only this module needs PyYAML, imported when used.
+- ``suggest``: close matches for unknown keys and for engine flags one letter
+  off the ones sparkserve sets, and precise fixes for values that miss their
+  pattern (a short digest, a capital in a commit or an image's path).
 
 Import from the module that holds a name. tools/recipe-docs.py writes
 recipes/README.md and recipes/recipe.schema.json from the schema. Pure
-standard library: the package also runs on the nodes, which have no pyyaml.
+standard library but ``load``: the package also runs on the nodes, which may
+have no pyyaml.
 """

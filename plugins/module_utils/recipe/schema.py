@@ -24,6 +24,14 @@ _VARIABLE = r"^[A-Za-z_][A-Za-z0-9_]*$"
 _HF_REPO = r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$"
 _ABS_PATH = r"^/[^\s]*$"
 _PORT = {"type": "int", "min": 1, "max": 65535, "hint": "use a TCP port between 1 and 65535"}
+# A Docker reference pinned by digest: an optional registry host (a dot or a port in it, or localhost; capitals
+# allowed), the path in lower case (docker pull refuses capitals there), an optional tag, the sha256 digest.
+_IMAGE_HOST = r"(?:localhost|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+|[A-Za-z0-9-]+(?=:))(?::[0-9]+)?/"
+_IMAGE_PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE = r"^(?:%s)?%s(?:/%s)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?@sha256:[0-9a-f]{64}$" % (
+    _IMAGE_HOST, _IMAGE_PART, _IMAGE_PART)
+# An address alone: no port (one colon), scheme, brackets or spaces; IPv6 addresses have two colons or more.
+_API_HOST = r"^(?![^:]*:[^:]*$)[A-Za-z0-9._:%-]+$"
 
 _IMAGE_HINT = (
     "pin the image by digest, REPO@sha256:<64 hex> (docker buildx imagetools inspect IMAGE "
@@ -151,10 +159,11 @@ RECIPE_SPEC: Dict[str, Any] = {
         },
         "image": {
             "type": "str",
-            "pattern": r"^[A-Za-z0-9][A-Za-z0-9._/:-]*@sha256:[0-9a-f]{64}$",
+            "pattern": _IMAGE,
             "hint": _IMAGE_HINT,
             "description": "The engine's container image, pinned by digest: `REPO@sha256:<64 hex>`. "
-                           "A tag alone is refused. Set exactly one of `image` and `image_from`.",
+                           "A tag alone is refused, and so are capitals in the repository's path (Docker "
+                           "refuses them). Set exactly one of `image` and `image_from`.",
         },
         "image_from": _from("image", "the digest-pinned reference (for images built where the recipe is "
                                      "used, as in the lab)",
@@ -269,8 +278,11 @@ RECIPE_SPEC: Dict[str, Any] = {
                 "api_host": {
                     "type": "str",
                     "default": "127.0.0.1",
-                    "description": "Address the head's API binds to. Loopback by default: the engines "
-                                   "bind every interface unless told otherwise.",
+                    "pattern": _API_HOST,
+                    "hint": "give the address alone (127.0.0.1, 0.0.0.0, ::), without a port; the port goes in "
+                            "launch.api_port",
+                    "description": "Address the head's API binds to, without a port (that is `api_port`). "
+                                   "Loopback by default: the engines bind every interface unless told otherwise.",
                 },
                 "api_port": dict(_PORT, default=8000, description="The head's API port (`--port`)."),
                 "master_port": dict(_PORT, default=29501, description="The head's rendezvous port: vLLM "

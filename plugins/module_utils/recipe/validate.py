@@ -7,7 +7,7 @@ about to run on. Every problem is reported at once, each naming the field,
 the bad value and the fix.
 
 Pure standard library: this file also runs on the nodes, which have no
-pyyaml. Callers load the YAML themselves.
+pyyaml. Callers load the YAML themselves (load.py reads a recipe file where PyYAML is).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import string
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeGuard, Union
 
 from ansible_collections.sparkserve.deploy.plugins.module_utils.engines import ENGINES
+from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe import suggest
 from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe.schema import (
     _CONTAINER_NAME,
     _ENV_NAME,
@@ -31,6 +32,7 @@ from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe.schema im
     _VARIABLE,
     RECIPE_SPEC,
 )
+from ansible_collections.sparkserve.deploy.plugins.module_utils.secrets import MASK, looks_secret
 
 _TYPE_WORDS = {
     "str": "a string",
@@ -52,7 +54,15 @@ def _show(value: Any) -> str:
 
 
 def _message(name: str, path: str, value: Any, fix: str) -> str:
-    return "recipe %s: %s is %s; %s." % (name, path, _show(value), fix.rstrip("."))
+    # The value of a secret-looking env name or engine flag is never printed.
+    parts = path.split(" ")[0].split(".", 1)
+    secret = parts[0] in ("env", "engine_args") and len(parts) == 2 and looks_secret(parts[1])
+    return "recipe %s: %s is %s; %s." % (name, path, MASK if secret else _show(value), fix.rstrip("."))
+
+
+def _count(count: Any, noun: str) -> str:
+    """``1 node``, ``2 nodes``."""
+    return "%s %s%s" % (count, noun, "" if count == 1 else "s")
 
 
 def _summary(description: str) -> str:
@@ -135,7 +145,8 @@ class _Checker:
         if "choices" in spec and value not in spec["choices"]:
             self.error(path, value, "use one of: %s" % ", ".join(str(c) for c in spec["choices"]))
         if "pattern" in spec and isinstance(value, str) and not re.match(spec["pattern"], value):
-            self.error(path, value, hint.replace("{value}", value) or "it must match %s" % spec["pattern"])
+            fix = suggest.explain_mismatch(re.split(r"[.\[]", path)[-1], spec, value)
+            self.error(path, value, fix or hint.replace("{value}", value) or "it must match %s" % spec["pattern"])
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             low, high = spec.get("min"), spec.get("max")
             if (low is not None and value < low) or (high is not None and value > high):
@@ -173,10 +184,12 @@ class _Checker:
         for key in value:
             if key not in options:
                 where = path or "a recipe"
-                self.errors.append(
-                    "recipe %s: %s is not a field of %s; use one of: %s (see recipes/README.md)."
-                    % (self.name, _join(path, str(key)), where, ", ".join(options))
-                )
+                near = suggest.suggest_fields(str(key), path)
+                fix = ("did you mean %s? (the fields are in recipes/README.md)"
+                       % " or ".join("`%s`" % n for n in near) if near
+                       else "use one of: %s (see recipes/README.md)" % ", ".join(options))
+                self.errors.append("recipe %s: %s is not a field of %s; %s."
+                                   % (self.name, _join(path, str(key)), where, fix.rstrip(".")))
         for group in spec.get("one_of", []):
             self.one_of(group, value, path)
         grouped = {key for group in spec.get("one_of", []) for key in group}
@@ -467,6 +480,15 @@ def _cross_checks(recipe: Dict[str, Any], name: str, data: Mapping[str, Any]) ->
                                        "sparkserve sets --%s from %s; remove it from engine_args"
                                        % (flag, owned[flag])))
                 continue
+            near = suggest.near_owned_flag(flag, owned)
+            if near:
+                field = owned[near]
+                meant = field.split(".")[0] in RECIPE_SPEC["options"]
+                errors.append(_message(name, path, value, "it is one letter off --%s, which sparkserve sets itself "
+                                       "from %s: %s" % (near, field, "did you mean `%s`? Set that field and remove "
+                                                        "this key from engine_args" % field if meant else
+                                                        "remove this key from engine_args")))
+                continue
             errors.extend(_check_arg_value(name, path, value))
 
     env = recipe.get("env")
@@ -480,6 +502,13 @@ def _cross_checks(recipe: Dict[str, Any], name: str, data: Mapping[str, Any]) ->
                 errors.append(_message(name, "env.%s" % key, env[key],
                                        "the fabric stage sets %s on each node to the node's own fabric address "
                                        "(sparkserve_fabric_ip); remove it from env" % key))
+            elif looks_secret(key):
+                errors.append(_message(name, "env.%s" % key, env[key],
+                                       "its name says it holds a secret (a TOKEN, KEY, SECRET or PASSWORD), and a "
+                                       "recipe is committed and printed: remove it from the recipe, and keep the "
+                                       "Hugging Face token in Ansible Vault as weights_hf_token (ansible-vault "
+                                       "encrypt_string --name weights_hf_token), which the weights stage uses, and "
+                                       "any other secret in Vault too"))
 
     if adapter is not None:
         errors.extend(_message(name, path, value, fix) for path, value, fix in adapter.problems(recipe))
@@ -564,8 +593,8 @@ def validate_for_cluster(recipe: Dict[str, Any], name: str, world_size: int,
     """Check a validated recipe against the cluster it is about to run on."""
     errors: List[str] = []
     if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
-        return ["recipe %s: the cluster has %s nodes; deploy on at least one node (sparkserve_world_size)."
-                % (name, _show(world_size))]
+        return ["recipe %s: the cluster has %s; deploy on at least one node (sparkserve_world_size)."
+                % (name, _count(_show(world_size), "node"))]
     parallel = _section(recipe, "parallel")
     tensor, pipeline = parallel.get("tensor"), parallel.get("pipeline", 1)
     per_node = parallel.get("gpus_per_node", 1)
@@ -573,11 +602,12 @@ def validate_for_cluster(recipe: Dict[str, Any], name: str, world_size: int,
         want, have = tensor * pipeline, world_size * per_node
         if want != have:
             errors.append(
-                "recipe %s: parallel.tensor × parallel.pipeline is %d × %d = %d GPUs but the cluster has "
-                "%d nodes × parallel.gpus_per_node %d = %d GPUs; make the two equal, by changing "
-                "parallel.tensor or by deploying on %s nodes."
-                % (name, tensor, pipeline, want, world_size, per_node, have,
-                   want // per_node if want % per_node == 0 else "a matching number of")
+                "recipe %s: parallel.tensor × parallel.pipeline is %d × %d = %s but the cluster has "
+                "%s × parallel.gpus_per_node %d = %s; make the two equal, by changing "
+                "parallel.tensor or by deploying on %s."
+                % (name, tensor, pipeline, _count(want, "GPU"), _count(world_size, "node"), per_node,
+                   _count(have, "GPU"),
+                   _count(want // per_node, "node") if want % per_node == 0 else "a matching number of nodes")
             )
     for key, value in _section(recipe, "engine_args").items():
         if isinstance(key, str) and key.replace("_", "-") == "load-format" and value == "instanttensor" \

@@ -1,0 +1,75 @@
+"""Vars plugin: refuse an inventory sparkserve cannot use, once it is read and before any play."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: inventory_guard
+short_description: Refuses an inventory sparkserve cannot use, before any play starts
+version_added: "0.1.0"
+author:
+  - sparkserve
+description:
+  - Adds no variables. Ansible runs the vars plugins of the C(inventory) stage once every inventory source is read,
+    before any play starts and whatever the playbook; this one stops the run there, with one error that is the last
+    thing on the screen, in two cases.
+  - A cluster file the C(sparkserve.deploy.spark_cluster) inventory plugin refused. Where this guard is enabled and
+    C(any_unparsed_is_failed) is set, the plugin leaves its report to the guard instead of failing the source, so
+    that the report is not one warning among the other inventory plugins' followed by
+    "Completely failed to parse inventory source".
+  - An inventory meant for sparkserve (it has a C(sparks) group, or sets a C(sparkserve_*) variable) with no host in
+    the C(sparks) group. Every sparkserve play runs on that group, so such a run would skip every play and succeed
+    having done nothing. The message names the inventory, where its hosts are, and the fix.
+  - An inventory with neither (the lab playbook's, a scenario's own) is left alone.
+  - Enabled in ansible.cfg
+    (C(vars_plugins_enabled = ansible.builtin.host_group_vars, sparkserve.deploy.inventory_guard)).
+options:
+  stage:
+    description: When the guard runs; only once the inventory is read.
+    type: str
+    choices: [inventory]
+    default: inventory
+"""
+
+from typing import Any
+
+from ansible import context
+from ansible.errors import AnsibleError
+from ansible.inventory.group import Group
+from ansible.plugins.vars import BaseVarsPlugin
+
+from ansible_collections.sparkserve.deploy.plugins.plugin_utils.inventory_refusal import (
+    SPARKS,
+    left,
+    no_spark,
+)
+
+_PREFIX = "sparkserve_"
+
+
+class VarsModule(BaseVarsPlugin):
+    """Raises, for the group all, what makes the inventory unusable; gives no variables."""
+
+    def get_vars(self, loader: Any, path: str, entities: Any) -> dict:
+        for entity in entities if isinstance(entities, list) else [entities]:
+            if isinstance(entity, Group) and entity.name == "all":
+                _refuse(entity, path)
+        return {}
+
+
+def _refuse(everything: Group, path: str) -> None:
+    reports = left(everything.vars)
+    if reports:
+        raise AnsibleError("\n".join(reports))
+    groups = [everything, *everything.get_descendants()]
+    sparks = next((group for group in groups if group.name == SPARKS), None)
+    if sparks is not None and sparks.get_hosts():
+        return
+    hosts = everything.get_hosts()
+    meant = sparks is not None or any(
+        name.startswith(_PREFIX) for holder in [*groups, *hosts] for name in holder.vars)
+    if not meant:
+        return
+    sources = [str(source) for source in context.CLIARGS.get("inventory") or [path]]
+    placement = {host.name: [group.name for group in host.get_groups() if group.name not in ("all", "ungrouped")]
+                 for host in hosts}
+    raise AnsibleError(no_spark(sources, sparks is not None, placement))
