@@ -104,19 +104,28 @@ class Double:
         self.port = free_port()
         self.url = "http://127.0.0.1:%d" % self.port
         self.knobs = knobs
-        argv = [sys.executable, str(VLLM), "serve", str(model), "--served-model-name", "tiny",
-                "--host", "127.0.0.1", "--port", str(self.port), "--load-format", "dummy", "--disable-log-requests"]
-        if speculative_tokens:
-            argv += ["--speculative-config", json.dumps({"method": "mtp",
-                                                         "num_speculative_tokens": speculative_tokens})]
         self.log = folder / "double.log"
         with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **knobs})
+            self.proc = subprocess.Popen(self.argv(model, speculative_tokens), stdout=out, stderr=subprocess.STDOUT,
+                                         env={**os.environ, **knobs, **self.extra_env()})
         try:
             self._wait()
         except RuntimeError:
             self.stop()
             raise
+
+    def argv(self, model: Path, speculative_tokens: int) -> list[str]:
+        """The double's command line, serving MODEL on self.port."""
+        argv = [sys.executable, str(VLLM), "serve", str(model), "--served-model-name", "tiny",
+                "--host", "127.0.0.1", "--port", str(self.port), "--load-format", "dummy", "--disable-log-requests"]
+        if speculative_tokens:
+            argv += ["--speculative-config", json.dumps({"method": "mtp",
+                                                         "num_speculative_tokens": speculative_tokens})]
+        return argv
+
+    def extra_env(self) -> dict[str, str]:
+        """What the double's process gets beside the environment and the knobs."""
+        return {}
 
     def _wait(self, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout

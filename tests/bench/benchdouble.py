@@ -10,9 +10,6 @@ the same way, for what the bench reads of an SGLang /metrics.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -41,22 +38,13 @@ class SGLangDouble(Double):
     """One SGLang double with metrics on (``--enable-metrics``) and SPEC_TOKENS draft steps."""
 
     def __init__(self, folder: Path, knobs: dict[str, str]) -> None:
-        model = folder / "model"
-        model.mkdir(parents=True, exist_ok=True)
-        (model / "config.json").write_text(json.dumps({"max_position_embeddings": 65536}), encoding="utf-8")
-        self.port = free_port()
-        self.url = "http://127.0.0.1:%d" % self.port
-        self.knobs = knobs
-        argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(model),
+        super().__init__(folder, knobs, SPEC_TOKENS)
+
+    def argv(self, model: Path, speculative_tokens: int) -> list[str]:
+        return [sys.executable, "-m", "sglang.launch_server", "--model-path", str(model),
                 "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(self.port),
                 "--load-format", "dummy", "--enable-metrics", "--speculative-algorithm", "EAGLE",
-                "--speculative-num-steps", str(SPEC_TOKENS)]
-        self.log = folder / "double.log"
-        env = {**os.environ, **knobs, "PYTHONPATH": str(LAB_ENGINE)}
-        with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
-        try:
-            self._wait()
-        except RuntimeError:
-            self.stop()
-            raise
+                "--speculative-num-steps", str(speculative_tokens)]
+
+    def extra_env(self) -> dict[str, str]:
+        return {"PYTHONPATH": str(LAB_ENGINE)}
