@@ -15,7 +15,9 @@ description:
     one choice). The engine's adapter gives the paths; the engine role passes them from the render.
   - Watches the deployment's rank containers too (O(containers)), on this node with C(docker) and on
     the peers over the ssh the access stage set up. A rank whose container has stopped ends the call
-    with RV(stage=rank_stopped) and RV(stopped) (without failing, so the caller can say why).
+    with RV(stage=rank_stopped) and RV(stopped) (without failing, so the caller can say why). A peer
+    whose ssh has not connected at O(lost_after_watches) checks in a row ends the call with
+    RV(stage=node_lost) and RV(lost), as a node that stopped answering.
   - Does not fail because the engine is not ready yet; it returns RV(ready=false) and the caller loops
     (C(until), C(retries)). Connection refused counts as "not up yet".
   - Fails when the engine is known dead. vLLM keeps answering C(/v1/models) with 200 after its engine
@@ -99,6 +101,12 @@ options:
     description: Seconds between two checks of O(containers).
     type: float
     default: 10
+  lost_after_watches:
+    description:
+      - A peer whose ssh could not connect (exit status 255) at this many checks of O(containers) in a
+        row, within one call, is lost (RV(stage=node_lost)). C(0) never counts a peer lost.
+    type: int
+    default: 3
 author:
   - sparkserve
 """
@@ -125,12 +133,17 @@ ready:
 stage:
   description:
     - The first stage of the last poll that did not pass (C(health), C(models), C(completion)), or C(ready),
-      or C(rank_stopped) when a watched container has stopped.
+      C(rank_stopped) when a watched container has stopped, or C(node_lost) when a peer stopped answering.
   returned: always
   type: str
   sample: models
 stopped:
   description: The watched containers found stopped (C(rank), C(host), C(name), C(state), C(exit_code)).
+  returned: always
+  type: list
+  elements: dict
+lost:
+  description: The peers that stopped answering (C(rank), C(host), C(name), C(error)); empty unless RV(stage=node_lost).
   returned: always
   type: list
   elements: dict
@@ -362,10 +375,12 @@ def container_argv(container: dict[str, Any]) -> list[str]:
             " ".join(shlex.quote(word) for word in inspect)]
 
 
-def check_containers(containers: list[dict[str, Any]], run: Runner) -> tuple[list[dict[str, Any]], list[str]]:
-    """The watched containers that have stopped, and the peers that could not be asked."""
+def check_containers(containers: list[dict[str, Any]], run: Runner
+                     ) -> tuple[list[dict[str, Any]], list[str], list[dict[str, Any]]]:
+    """The watched containers that have stopped, the checks that failed, and the peers ssh could not reach."""
     stopped: list[dict[str, Any]] = []
     errors: list[str] = []
+    unreached: list[dict[str, Any]] = []
     for container in containers:
         where = container.get("host") or "this node"
         status, output = run(container_argv(container))
@@ -381,8 +396,12 @@ def check_containers(containers: list[dict[str, Any]], run: Runner) -> tuple[lis
         elif "No such" in output:
             stopped.append(dict(report, state="gone", exit_code=None))
         else:
-            errors.append(f"{where}: {short(output) or 'exit status %d' % status}")
-    return stopped, errors
+            error = short(output) or "exit status %d" % status
+            errors.append(f"{where}: {error}")
+            # ssh exits 255 when it could not connect (the remote command's own failures have other codes).
+            if status == 255 and container.get("host"):
+                unreached.append(dict(report, error=error))
+    return stopped, errors, unreached
 
 
 def wait_ready(params: dict[str, Any], clock: Callable[[], float] = time.monotonic,
@@ -409,23 +428,33 @@ def wait_ready(params: dict[str, Any], clock: Callable[[], float] = time.monoton
     def budget() -> float:
         return min(timeout_s, max(deadline - clock(), MIN_REQUEST_S))
 
+    lost_after = int(params.get("lost_after_watches", 3))
     seen_health_ok = seen_models_ok = False
     models: list[str] = []
     watch_errors: list[str] = []
+    # How many checks in a row each peer's ssh could not connect.
+    unreached_in_a_row: dict[str, int] = {}
     while True:
         if params["containers"] and clock() >= next_watch:
-            stopped, watch_errors = check_containers(params["containers"], run)
+            stopped, watch_errors, unreached = check_containers(params["containers"], run)
             next_watch = clock() + watch_every_s
+            unreached_in_a_row = {u["host"]: unreached_in_a_row.get(u["host"], 0) + 1 for u in unreached}
+            lost = [u for u in unreached if lost_after > 0 and unreached_in_a_row[u["host"]] >= lost_after]
+            if lost:
+                names = ", ".join(f"{u['host']} (rank {u['rank']}): {u['error']}" for u in lost)
+                return {"ready": False, "stage": "node_lost", "detail": f"stopped answering before ready: {names}",
+                        "elapsed_s": round(clock() - start, 2), "models": models, "stopped": stopped,
+                        "lost": lost, "watch_errors": watch_errors}
             if stopped:
                 names = ", ".join(f"rank {s['rank']} ({s['name']}) {s['state']}" for s in stopped)
                 return {"ready": False, "stage": "rank_stopped", "detail": f"stopped before ready: {names}",
                         "elapsed_s": round(clock() - start, 2), "models": models, "stopped": stopped,
-                        "watch_errors": watch_errors}
+                        "lost": [], "watch_errors": watch_errors}
         poll = poll_once(params, budget)
         if poll.models is not None:
             models = poll.models
         result = {"ready": poll.stage == "ready", "stage": poll.stage, "detail": poll.detail,
-                  "elapsed_s": round(clock() - start, 2), "models": models, "stopped": [],
+                  "elapsed_s": round(clock() - start, 2), "models": models, "stopped": [], "lost": [],
                   "watch_errors": watch_errors}
         dead = dead_reason(poll, params, pattern, seen_health_ok, seen_models_ok)
         if dead:
@@ -460,6 +489,7 @@ def main() -> None:
                 "rank": {"type": "int", "default": 0},
             }},
             "watch_every_s": {"type": "float", "default": 10},
+            "lost_after_watches": {"type": "int", "default": 3},
         },
         supports_check_mode=True,
     )

@@ -106,6 +106,8 @@ from typing import Callable, Sequence
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.sparkserve.deploy.plugins.module_utils.meminfo import mem_available
+
 Runner = Callable[[Sequence[str]], "tuple[int, str, str]"]
 GIB = 1024**3
 
@@ -118,14 +120,6 @@ def run(argv: Sequence[str]) -> tuple[int, str, str]:
     except subprocess.TimeoutExpired:
         return 124, "", f"{argv[0]}: no answer in 30 s"
     return done.returncode, done.stdout, done.stderr
-
-
-def mem_available(meminfo: str) -> int:
-    """MemAvailable in bytes from the text of /proc/meminfo."""
-    match = re.search(r"^MemAvailable:\s+(\d+)\s*kB", meminfo, re.MULTILINE)
-    if not match:
-        raise ValueError("meminfo has no MemAvailable line")
-    return int(match.group(1)) * 1024
 
 
 def own_containers(deployment: str, runner: Runner = run) -> list[str]:

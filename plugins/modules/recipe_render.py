@@ -70,7 +70,8 @@ options:
   recipe_dir:
     description:
       - The recipes folder. When given, every file the recipe names there (C(overlays[].patch),
-        C(file_overrides[].source)) must exist, and each override must have its C(sha256).
+        C(file_overrides[].source)) must exist, and each override must have its C(sha256) and hold the values
+        its C(expect) names (read here, on the controller, before any node is touched).
       - Without O(recipe), the recipe is read from here; one of the two must be given.
     type: path
 attributes:

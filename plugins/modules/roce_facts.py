@@ -15,6 +15,10 @@ description:
   - Maps each fabric address to the index of the RoCE v2 GID that carries it, by decoding the IPv4-mapped
     GIDs (C(0000:0000:0000:0000:0000:ffff:XXXX:XXXX)). That index moves between nodes and across reboots,
     so read it at each launch and give it to C(NCCL_IB_GID_INDEX).
+  - NCCL takes one C(NCCL_IB_GID_INDEX) per process, for every device. When the devices' RoCE v2 indexes
+    differ, the second twin would run on a wrong GID, so with O(gid_index_mode=fixed) that is a problem;
+    with O(gid_index_mode=per_device) it is not, and RV(roce.gid_index) is V(null) (NCCL 2.21 and later
+    pick each device's RoCE v2 IPv4 GID themselves when C(NCCL_IB_GID_INDEX) is unset).
   - GID slots whose type cannot be read are skipped; the kernel fails that read with EINVAL for an empty slot.
   - An interface's IPv4 addresses are read from the GID table (the kernel adds a GID pair for each address
     of the interface), so an interface without an RDMA device behind it lists none.
@@ -43,6 +47,15 @@ options:
     type: list
     elements: str
     default: []
+  gid_index_mode:
+    description:
+      - V(fixed) gives one GID index for every device, in RV(roce.gid_index) (for C(NCCL_IB_GID_INDEX)),
+        and makes devices whose RoCE v2 indexes differ a problem.
+      - V(per_device) lets NCCL choose the GID of each device itself; indexes that differ are no problem
+        and RV(roce.gid_index) is V(null).
+    type: str
+    choices: [fixed, per_device]
+    default: fixed
   fail_on_problems:
     description: Fail with every problem joined into the message; V(false) returns them in RV(roce.problems).
     type: bool
@@ -66,6 +79,12 @@ EXAMPLES = r"""
     devices: [rocep1s0f1]
     addresses: ["{{ sparkserve_fabric_ip }}"]
     fail_on_problems: false
+
+- name: Twins whose GID indexes may differ; NCCL chooses each device's GID
+  sparkserve.deploy.roce_facts:
+    devices: [rocep1s0f1, roceP2p1s0f1]
+    addresses: ["10.77.1.11", "10.77.2.11"]
+    gid_index_mode: per_device
 """
 
 RETURN = r"""
@@ -89,8 +108,14 @@ roce:
       description: For each interface behind a device, C(mtu) and C(operstate) (V(null) where unreadable) and C(ipv4).
       type: dict
     gid_index:
-      description: The GID index of the first device, the value for C(NCCL_IB_GID_INDEX); V(null) when unknown.
+      description:
+        - The RoCE v2 GID index every device has, the value for C(NCCL_IB_GID_INDEX); with the devices
+          disagreeing, the first device's.
+        - V(null) when the first device's is unknown, and always with O(gid_index_mode=per_device).
       type: int
+    gid_indexes:
+      description: Each device's RoCE v2 GID index, by device name (V(null) where unknown).
+      type: dict
     problems:
       description: Each problem found, naming the device, what is wrong and the fix.
       type: list
@@ -111,6 +136,7 @@ roce:
     netdevs:
       enp1s0f1np1: {mtu: 9000, operstate: up, ipv4: [10.77.1.11]}
     gid_index: 3
+    gid_indexes: {rocep1s0f1: 3}
     problems: []
 ansible_facts:
   description: The fact C(sparkserve_roce), the same value as RV(roce).
@@ -129,9 +155,12 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "net_root": {"type": "path", "default": "/sys/class/net"},
     "devices": {"type": "list", "elements": "str", "default": []},
     "addresses": {"type": "list", "elements": "str", "default": []},
+    "gid_index_mode": {"type": "str", "choices": ["fixed", "per_device"], "default": "fixed"},
     "fail_on_problems": {"type": "bool", "default": True},
 }
 ROCE_V2 = "roce v2"
+GID_INDEX_FIXED = "fixed"
+GID_INDEX_PER_DEVICE = "per_device"
 
 
 def read_text(path: str) -> str | None:
@@ -272,9 +301,25 @@ def interface_of(device: dict[str, Any]) -> str:
     return device["netdevs"][0] if device["netdevs"] else "its interface"
 
 
+def gid_index_disagreement(devices: Sequence[dict[str, Any]]) -> str | None:
+    """The problem of devices whose RoCE v2 GID indexes differ (NCCL takes one per process), else None."""
+    known = [d for d in devices if d["gid_index"] is not None]
+    if len({d["gid_index"] for d in known}) < 2:
+        return None
+    each = ", ".join(f"{d['name']} has {d['gid_index']} ({d['address']})" for d in known)
+    return (
+        f"GID index differs between the twins: {each}; NCCL takes one index per process. "
+        "Make them agree (same netplan order on both twins) or set fabric.gid_index: per_device in the recipe "
+        "to let NCCL choose per device"
+    )
+
+
 def gather(params: dict[str, Any]) -> dict[str, Any]:
     """Read the trees; return the ``roce`` facts with their problems."""
     root, net_root = params["sysfs_root"], params["net_root"]
+    gid_index_mode = params.get("gid_index_mode") or GID_INDEX_FIXED
+    if gid_index_mode not in (GID_INDEX_FIXED, GID_INDEX_PER_DEVICE):
+        raise ValueError(f"gid_index_mode is {gid_index_mode!r}; use {GID_INDEX_FIXED} or {GID_INDEX_PER_DEVICE}")
     expected: list[str] = list(params["devices"] or [])
     addresses = parse_addresses(params["addresses"] or [])
     if expected and addresses and len(addresses) != len(expected):
@@ -338,6 +383,10 @@ def gather(params: dict[str, Any]) -> dict[str, Any]:
                     f"no RDMA device has a RoCE v2 GID for {address}; "
                     "check the address is on a fabric interface (ip addr)"
                 )
+    if gid_index_mode == GID_INDEX_FIXED:
+        disagreement = gid_index_disagreement(devices)
+        if disagreement:
+            problems.append(disagreement)
 
     netdevs: dict[str, dict[str, Any]] = {}
     for device in devices:
@@ -346,7 +395,8 @@ def gather(params: dict[str, Any]) -> dict[str, Any]:
     return {
         "devices": devices,
         "netdevs": netdevs,
-        "gid_index": devices[0]["gid_index"] if devices else None,
+        "gid_index": devices[0]["gid_index"] if devices and gid_index_mode == GID_INDEX_FIXED else None,
+        "gid_indexes": {d["name"]: d["gid_index"] for d in devices},
         "problems": problems,
     }
 

@@ -104,7 +104,7 @@ def params(url: str, **changes: Any) -> dict[str, Any]:
                             "wait_s": 30.0, "poll_s": 0.1, "request_timeout_s": 10.0,
                             "dead_if_health_body_matches": "dead|EngineDeadError", "health_path": "/health",
                             "models_path": "/v1/models", "completions_path": "/v1/completions",
-                            "containers": [], "watch_every_s": 10.0}
+                            "containers": [], "watch_every_s": 10.0, "lost_after_watches": 3}
     args.update(changes)
     return args
 
@@ -418,6 +418,59 @@ def test_containers_are_checked_again_every_watch_interval(serve: Callable[..., 
     assert result["stage"] == "rank_stopped"
     assert len(docker.commands) == 3, "checked at the start, after 5 s and after 10 s"
     assert 10.0 <= result["elapsed_s"] < 10.5
+
+
+def test_a_peer_whose_ssh_fails_three_checks_in_a_row_is_lost(serve: Callable[..., str]) -> None:
+    engine = FakeEngine()
+    engine.health = (503, "loading")
+    engine.models = (503, "loading")
+    clock = FakeClock()
+    docker = FakeDocker({"d-rank0": {"Running": True}, "d-rank1": "ssh: connect to host spark-2: No route to host"})
+    containers = [{"name": "d-rank0", "host": "", "rank": 0}, {"name": "d-rank1", "host": "spark-2", "rank": 1}]
+    result = er.wait_ready(params(serve(engine), containers=containers, watch_every_s=5.0, wait_s=60.0),
+                           clock=clock, sleep=clock.sleep, run=docker)
+    assert result["stage"] == "node_lost" and not result["ready"]
+    assert result["lost"] == [{"rank": 1, "host": "spark-2", "name": "d-rank1",
+                               "error": "ssh: connect to host spark-2: No route to host"}]
+    assert "spark-2 (rank 1)" in result["detail"]
+    assert 10.0 <= result["elapsed_s"] < 10.5, "lost at the third check: at the start, after 5 s and after 10 s"
+
+
+def test_a_peer_that_answers_again_is_not_lost(serve: Callable[..., str]) -> None:
+    engine = FakeEngine()
+    engine.health = (503, "loading")
+    engine.models = (503, "loading")
+    clock = FakeClock()
+    docker = FakeDocker({"d-rank1": "ssh: connect to host spark-2: Connection timed out"})
+
+    # Two failed checks, one answer, two failed checks: never three in a row.
+    answers = ["fail", "fail", "answer", "fail", "fail"]
+
+    def answer_at_the_third_check(argv: list[str]) -> tuple[int, str]:
+        answer = answers[min(len(docker.commands), len(answers) - 1)]
+        timed_out = "ssh: connect to host spark-2: timed out"
+        docker.states["d-rank1"] = {"Running": True} if answer == "answer" else timed_out
+        return docker(argv)
+    result = er.wait_ready(params(serve(engine), containers=[{"name": "d-rank1", "host": "spark-2", "rank": 1}],
+                                  watch_every_s=5.0, wait_s=20.0),
+                           clock=clock, sleep=clock.sleep, run=answer_at_the_third_check)
+    assert len(docker.commands) == 4, "checked at 0, 5, 10 and 15 s: the last two failed in a row"
+    assert result["stage"] == "health" and result["lost"] == [], "failures not in a row never make a node lost"
+
+
+def test_a_remote_command_failure_is_not_a_lost_node(serve: Callable[..., str]) -> None:
+    engine = FakeEngine()
+    engine.health = (503, "loading")
+    engine.models = (503, "loading")
+    clock = FakeClock()
+
+    def docker_down(argv: list[str]) -> tuple[int, str]:
+        return 1, "Cannot connect to the Docker daemon at unix:///var/run/docker.sock"
+    result = er.wait_ready(params(serve(engine), containers=[{"name": "d-rank1", "host": "spark-2", "rank": 1}],
+                                  watch_every_s=5.0, wait_s=20.0),
+                           clock=clock, sleep=clock.sleep, run=docker_down)
+    assert result["stage"] == "health" and result["lost"] == []
+    assert result["watch_errors"] == ["spark-2: Cannot connect to the Docker daemon at unix:///var/run/docker.sock"]
 
 
 def test_the_paths_come_from_the_caller(serve: Callable[..., str]) -> None:

@@ -70,14 +70,15 @@ def test_a_minimal_recipe_gets_every_default() -> None:
     assert recipe["parallel"] == {"tensor": 2, "pipeline": 1, "gpus_per_node": 1}
     assert recipe["launch"] == {
         "order": "workers_first", "api_host": "127.0.0.1", "api_port": 8000, "master_port": 29501,
-        "extra_ports": [], "container_name": "{deployment}-rank{rank}", "stop_grace_s": 60,
+        "extra_ports": [], "container_name": "{deployment}-rank{rank}", "head_delay_s": 0, "stop_grace_s": 60,
         "memory_limit": None, "restart_policy": "no",
     }
     assert recipe["engine_args"] == {} and recipe["env"] == {} and recipe["overlays"] == []
     assert recipe["kv_cache"] == {"dtype": None, "block_size": None, "memory_gib_per_rank": None}
     assert recipe["memory"] == {
         "min_available_gib": 100,
-        "guard": {"floor_gib": 8, "samples": 3, "watch": "both"},
+        "guard": {"floor_gib": 8, "samples": 3, "watch": "both", "action": "kill", "stop_grace_s": 10,
+                  "at_boot": False},
         "flusher": {"mode": "unconditional", "interval_s": 2},
     }
     assert recipe["readiness"]["timeout_s"] == 3600 and recipe["readiness"]["canary_prompt"]

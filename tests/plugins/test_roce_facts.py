@@ -145,18 +145,61 @@ def test_another_node_at_index_4_after_a_filler(tmp_path: Path) -> None:
     assert first["gids"][4]["gid"] == mapped("10.77.1.11")
 
 
-def test_twins_that_disagree_are_each_reported_and_the_first_wins(tmp_path: Path) -> None:
-    roce = rf.gather(spark(tmp_path, (3, 5)))
+def test_twins_that_agree_give_their_one_index(tmp_path: Path) -> None:
+    roce = rf.gather(spark(tmp_path, (5, 5)))
     assert roce["problems"] == []
+    assert roce["gid_index"] == 5
+    assert roce["gid_indexes"] == {"rocep1s0f1": 5, "roceP2p1s0f1": 5}
+
+
+def test_twins_that_disagree_are_refused_naming_both(tmp_path: Path) -> None:
+    roce = rf.gather(spark(tmp_path, (3, 5)))
+    assert roce["problems"] == [
+        "GID index differs between the twins: rocep1s0f1 has 3 (10.77.1.11), roceP2p1s0f1 has 5 (10.77.2.11); "
+        "NCCL takes one index per process. Make them agree (same netplan order on both twins) or set "
+        "fabric.gid_index: per_device in the recipe to let NCCL choose per device"
+    ]
+    assert roce["gid_indexes"] == {"rocep1s0f1": 3, "roceP2p1s0f1": 5}
     assert [d["gid_index"] for d in roce["devices"]] == [3, 5]
-    assert roce["gid_index"] == 3
+
+
+def test_per_device_lets_the_twins_disagree_and_gives_no_one_index(tmp_path: Path) -> None:
+    roce = rf.gather(spark(tmp_path, (3, 5)) | {"gid_index_mode": "per_device"})
+    assert roce["problems"] == []
+    assert roce["gid_index"] is None
+    assert roce["gid_indexes"] == {"rocep1s0f1": 3, "roceP2p1s0f1": 5}
+
+
+def test_per_device_with_twins_that_agree_still_gives_no_one_index(tmp_path: Path) -> None:
+    roce = rf.gather(spark(tmp_path) | {"gid_index_mode": "per_device"})
+    assert roce["problems"] == [] and roce["gid_index"] is None
+    assert roce["gid_indexes"] == {"rocep1s0f1": 3, "roceP2p1s0f1": 3}
+
+
+def test_per_device_still_needs_a_roce_v2_gid_on_each_twin(tmp_path: Path) -> None:
+    root, net = tmp_path / "infiniband", tmp_path / "net"
+    write_device(root, "rocep1s0f1", "enp1s0f1np1", "10.77.1.11", 3)
+    write_device(root, "roceP2p1s0f1", "enP2p1s0f1np1", "10.77.2.11", 5, v2=False)
+    roce = rf.gather(params_for(root, net, gid_index_mode="per_device"))
+    assert roce["problems"] == [
+        "roceP2p1s0f1 has no RoCE v2 GID for 10.77.2.11; check the address is on enP2p1s0f1np1 (ip addr)"
+    ]
+    assert roce["gid_indexes"] == {"rocep1s0f1": 3, "roceP2p1s0f1": None}
+
+
+def test_a_twin_without_an_index_is_no_disagreement(tmp_path: Path) -> None:
+    root, net = tmp_path / "infiniband", tmp_path / "net"
+    write_device(root, "rocep1s0f1", "enp1s0f1np1", "10.77.1.11", 3)
+    write_device(root, "roceP2p1s0f1", "enP2p1s0f1np1", "10.77.2.11", 5, v2=False)
+    problems = rf.gather(params_for(root, net))["problems"]
+    assert len(problems) == 1 and not any(p.startswith("GID index differs") for p in problems)
 
 
 def test_empty_slots_with_unreadable_types_are_skipped(tmp_path: Path) -> None:
     root, net = tmp_path / "infiniband", tmp_path / "net"
     write_device(root, "rocep1s0f1", "enp1s0f1np1", "10.77.1.11", 4, size=16, empty_type="unreadable")
     write_device(root, "roceP2p1s0f1", "enP2p1s0f1np1", "10.77.2.11", 3, size=16, empty_type="missing")
-    roce = rf.gather(params_for(root, net))
+    roce = rf.gather(params_for(root, net, gid_index_mode="per_device"))
     assert roce["problems"] == []
     assert [len(d["gids"]) for d in roce["devices"]] == [5, 4]
     assert [d["gid_index"] for d in roce["devices"]] == [4, 3]
@@ -173,7 +216,7 @@ def test_netdev_from_the_gid_table_when_device_net_is_absent(tmp_path: Path) -> 
 
 
 def test_without_addresses_the_one_v2_ipv4_gid_is_used(tmp_path: Path) -> None:
-    params = spark(tmp_path, (4, 3))
+    params = spark(tmp_path, (4, 3)) | {"gid_index_mode": "per_device"}
     params["addresses"] = []
     roce = rf.gather(params)
     assert roce["problems"] == []
@@ -181,11 +224,20 @@ def test_without_addresses_the_one_v2_ipv4_gid_is_used(tmp_path: Path) -> None:
 
 
 def test_without_devices_every_device_found_is_reported(tmp_path: Path) -> None:
-    params = spark(tmp_path, (3, 4))
+    params = spark(tmp_path, (3, 4)) | {"gid_index_mode": "per_device"}
     params["devices"] = []
     roce = rf.gather(params)
     assert roce["problems"] == []
     assert sorted((d["name"], d["gid_index"]) for d in roce["devices"]) == [("roceP2p1s0f1", 4), ("rocep1s0f1", 3)]
+    assert roce["gid_indexes"] == {"roceP2p1s0f1": 4, "rocep1s0f1": 3}
+
+
+def test_without_devices_found_devices_that_disagree_are_refused(tmp_path: Path) -> None:
+    params = spark(tmp_path, (3, 4))
+    params["devices"] = []
+    (problem,) = rf.gather(params)["problems"]
+    assert problem.startswith("GID index differs between the twins: roceP2p1s0f1 has 4 (10.77.2.11), "
+                              "rocep1s0f1 has 3 (10.77.1.11); NCCL takes one index per process.")
 
 
 # ---------------------------------------------------------------- problems
@@ -271,10 +323,10 @@ def test_reads_the_gid_index_the_lab_wrote(tmp_path: Path) -> None:
                  "enP2p1s0f1np1": ipaddress.IPv4Address("10.77.2.12")}
     assert hw.write_rdma_tree(config.rdma_root, config.interfaces, addresses, config.hostname, net) == TWINS
 
-    roce = rf.gather(params_for(root, net, addresses=["10.77.1.12", "10.77.2.12"]))
+    roce = rf.gather(params_for(root, net, addresses=["10.77.1.12", "10.77.2.12"], gid_index_mode="per_device"))
     assert roce["problems"] == []
     assert [d["gid_index"] for d in roce["devices"]] == [3, 4]
-    assert roce["gid_index"] == 3
+    assert roce["gid_indexes"] == {"rocep1s0f1": 3, "roceP2p1s0f1": 4} and roce["gid_index"] is None
     assert [d["netdevs"] for d in roce["devices"]] == [["enp1s0f1np1"], ["enP2p1s0f1np1"]]
     assert roce["devices"][0]["gids"][0]["gid"] == LINK_LOCAL
     assert all(d["state"] == "ACTIVE" and d["link_layer"] == "Ethernet" for d in roce["devices"])
@@ -317,13 +369,33 @@ def test_main_returns_problems_when_told_not_to_fail(tmp_path: Path, capsys: pyt
 
 def test_main_in_check_mode_answers_the_same_and_changes_nothing(tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    params = spark(tmp_path, (4, 3))
+    params = spark(tmp_path, (4, 4))
     before = sorted((str(p), p.read_bytes() if p.is_file() else b"") for p in tmp_path.rglob("*"))
     plain = run_main(params, capsys)
     checked = run_main({**params, "_ansible_check_mode": True}, capsys)
     assert checked["changed"] is False and not checked.get("failed") and "skipped" not in checked
     assert checked["roce"] == plain["roce"] and checked["roce"]["gid_index"] == 4
     assert sorted((str(p), p.read_bytes() if p.is_file() else b"") for p in tmp_path.rglob("*")) == before
+
+
+def test_main_refuses_twins_that_disagree(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    result = run_main(spark(tmp_path, (3, 5)), capsys)
+    assert result["failed"] is True
+    assert result["msg"].startswith("GID index differs between the twins: rocep1s0f1 has 3 (10.77.1.11), "
+                                    "roceP2p1s0f1 has 5 (10.77.2.11);")
+    assert result["roce"]["gid_indexes"] == {"rocep1s0f1": 3, "roceP2p1s0f1": 5}
+
+
+def test_main_per_device_returns_no_one_index(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    result = run_main(spark(tmp_path, (3, 5)) | {"gid_index_mode": "per_device"}, capsys)
+    assert not result.get("failed")
+    assert result["roce"]["gid_index"] is None
+    assert result["roce"]["gid_indexes"] == {"rocep1s0f1": 3, "roceP2p1s0f1": 5}
+
+
+def test_main_refuses_an_unknown_gid_index_mode(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    result = run_main(spark(tmp_path) | {"gid_index_mode": "dynamic"}, capsys)
+    assert result["failed"] is True and "gid_index_mode" in result["msg"]
 
 
 def test_main_refuses_a_bad_address(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -338,5 +410,6 @@ def test_documentation_matches_the_argument_spec() -> None:
     for name, spec in rf.ARGUMENT_SPEC.items():
         assert options[name]["type"] == spec["type"], name
         assert options[name].get("default") == spec.get("default"), name
+        assert options[name].get("choices") == spec.get("choices"), name
     yaml.safe_load(rf.EXAMPLES)
     yaml.safe_load(rf.RETURN)

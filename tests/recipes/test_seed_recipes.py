@@ -88,6 +88,7 @@ def test_seed_000_every_stated_value_reaches_every_rank() -> None:
     assert recipe["model"]["repo"] == "zai-org/GLM-5.3-Flash-NVFP4"
     assert recipe["draft_model"]["repo"] == "incoai/GLM-5.3-Flash-DFlash2"
     assert recipe["launch"]["order"] == "workers_first"  # ranks 3, 2, 1, then the head
+    assert recipe["launch"]["head_delay_s"] == 10  # "Wait 10s" before the head
     for rank, out in enumerate(ranks):
         argv = out["argv"]
         assert argv[:3] == ["vllm", "serve", "/models/glm-5.3-flash-nvfp4"]
@@ -115,7 +116,6 @@ def test_seed_000_every_stated_value_reaches_every_rank() -> None:
 
 def test_seed_000_states_what_it_cannot_render() -> None:
     text = (RECIPES / "glm53-nvfp4-dflash2-tp4.yml").read_text(encoding="utf-8")
-    assert "5, 14, 24," in text and "33 and 42" in text  # the drafter's auxiliary layers
     assert "radixark/vllm-glm53-flash:sm121-v8-dflash2-tony" in text
     assert "instanttensor" in text and "0.80" in text and "16GiB" in text
     assert "--enable-chunked-prefill" in text and "enable_thinking" in text
@@ -229,6 +229,13 @@ def test_seed_003_files_are_checked_in_the_recipes_folder(tmp_path: Path) -> Non
     config.write_text('{"eos_token_id": [154820, 154828]}\n', encoding="utf-8")  # a test file, not the release's
     [error] = validate_recipe(load(name), name, variables=SUPPLIED[name], recipes_dir=str(tmp_path))[1]
     assert "whose sha256 is" in error and TEST_SHA in error
+    # A file without the seed's terminal EOS id is refused for that too, naming what it holds.
+    config.write_text('{"eos_token_id": [154820, 154827]}\n', encoding="utf-8")
+    errors = validate_recipe(load(name), name, variables=SUPPLIED[name], recipes_dir=str(tmp_path))[1]
+    assert errors[1:] == [
+        "recipe %s: model.file_overrides[0] (generation_config.json): eos_token_id is [154820, 154827], it must "
+        "include 154828; put the right file at files/%s/generation_config.json or correct "
+        "model.file_overrides[0].expect." % (name, name)]
 
 
 # ------------------------------------------------------------ refused without the user's values
@@ -284,6 +291,7 @@ def test_lab_dflash2_variant_has_the_seed_000_structure() -> None:
     for key in ("engine", "parallel", "kv_cache"):
         assert lab[key] == seed[key], key
     assert lab["launch"]["order"] == seed["launch"]["order"]
+    assert lab["launch"]["head_delay_s"] == seed["launch"]["head_delay_s"] == 10
     assert lab["engine_args"]["gpu-memory-utilization"] == 0.75
     spec = lab["engine_args"]["speculative-config"]
     assert spec["num_speculative_tokens"] == 7 and spec["model"] == lab["draft_model"]["path_in_container"]
@@ -305,6 +313,9 @@ def test_lab_fp4local_variant_has_the_seed_003_structure() -> None:
     assert mount["target"] == "/models/tiny-model/generation_config.json"
     config = json.loads((RECIPES / mount["source_rel"]).read_text(encoding="utf-8"))
     assert config["eos_token_id"] == [2, 3]
+    # The lab's EOS id 3 stands in for the seed's 154828, and both recipes say so in expect.
+    assert lab["model"]["file_overrides"][0]["expect"] == {"eos_token_id": 3}
+    assert seed["model"]["file_overrides"][0]["expect"] == {"eos_token_id": 154828}
     assert ranks[1]["mounts"] == ranks[0]["mounts"]
 
 

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Sequence
 
 import pytest
 
@@ -22,6 +22,7 @@ GIB = 1024**3
 FLOOR = 8 * GIB
 HIGH = 20 * GIB
 LOW = 4 * GIB
+INSPECT = ["container", "inspect", "--format", "{{.State.Running}}", "glm53-r0"]
 
 
 def load_module() -> ModuleType:
@@ -48,16 +49,76 @@ def write_meminfo(path: Path, available: int, free: int) -> None:
     os.replace(scratch, path)
 
 
-def recorder(log: Path) -> list[str]:
-    """A stop command that appends its arguments, as JSON, to a file."""
-    code = "import json, sys; open(sys.argv[1], 'a').write(json.dumps(sys.argv[2:]) + '\\n')"
-    return [sys.executable, "-c", code, str(log), "stop", "{container}"]
+# A docker client for the guard run as a program: it appends its arguments (as JSON) to docker.log and
+# answers from the container's state in docker.state (running, exited; no file: no such container).
+# docker.fail makes kill and stop fail as a daemon would.
+FAKE_DOCKER = """
+import json, pathlib, sys
+here = pathlib.Path(sys.argv[0]).parent
+args = sys.argv[1:]
+with open(here / "docker.log", "a") as log:
+    log.write(json.dumps(args) + "\\n")
+state_file = here / "docker.state"
+state = state_file.read_text().strip() if state_file.exists() else "absent"
+name = args[-1]
+if state == "absent":
+    print(f"Error: No such container: {name}", file=sys.stderr)
+    sys.exit(1)
+if args[:2] == ["container", "inspect"]:
+    print("true" if state == "running" else "false")
+    sys.exit(0)
+if (here / "docker.fail").exists():
+    print(f"Error response from daemon: cannot {args[0]} container: {name}: permission denied", file=sys.stderr)
+    sys.exit(1)
+state_file.write_text("exited")
+print(name)
+"""
 
 
-def recorded(log: Path) -> list[list[str]]:
+def fake_docker(tmp_path: Path, state: str | None = "running") -> list[str]:
+    """Install the fake docker client in tmp_path with the container in this state; its command."""
+    script = tmp_path / "docker.py"
+    script.write_text(FAKE_DOCKER, encoding="utf-8")
+    if state is not None:
+        (tmp_path / "docker.state").write_text(state, encoding="utf-8")
+    return [sys.executable, str(script)]
+
+
+def docker_calls(tmp_path: Path) -> list[list[str]]:
+    log = tmp_path / "docker.log"
     if not log.exists():
         return []
     return [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
+
+
+def actions_taken(calls: list[list[str]]) -> list[list[str]]:
+    """The calls that act on the container (kill or stop), without the inspections."""
+    return [call for call in calls if call[:2] != ["container", "inspect"]]
+
+
+class FakeDocker:
+    """The guard's runner, in process: answers like docker from ``state`` and records every call."""
+
+    def __init__(self, state: str = "running", action_rc: int = 0) -> None:
+        self.state = state  # running | exited | absent
+        self.action_rc = action_rc
+        self.calls: list[list[str]] = []
+        self.timeouts: list[float] = []
+
+    def __call__(self, argv: Sequence[str], timeout_s: float) -> tuple[int, str, str]:
+        assert argv[0] == "docker"
+        args = list(argv[1:])
+        self.calls.append(args)
+        self.timeouts.append(timeout_s)
+        name = args[-1]
+        if self.state == "absent":
+            return 1, "", f"Error: No such container: {name}\n"
+        if args[:2] == ["container", "inspect"]:
+            return 0, "true\n" if self.state == "running" else "false\n", ""
+        if self.action_rc:
+            return self.action_rc, "", f"Error response from daemon: cannot {args[0]} {name}\n"
+        self.state = "exited"
+        return 0, f"{name}\n", ""
 
 
 def base_config(tmp_path: Path, **changes: Any) -> dict[str, Any]:
@@ -67,10 +128,12 @@ def base_config(tmp_path: Path, **changes: Any) -> dict[str, Any]:
         "floor_bytes": FLOOR,
         "samples": 3,
         "watch": "both",
+        "action": "kill",
+        "stop_grace_s": 10,
         "interval_s": 0.05,
         "meminfo_path": str(tmp_path / "meminfo"),
         "events_path": str(tmp_path / "state" / "memguard" / "glm53.events.jsonl"),
-        "stop_command": recorder(tmp_path / "stops.log"),
+        "docker_command": ["docker"],
     }
     config.update(changes)
     return config
@@ -93,6 +156,31 @@ def sample(available: int, free: int) -> dict[str, int]:
     return {"MemTotal": 128 * GIB, "MemAvailable": available, "MemFree": free}
 
 
+class MemoryScript:
+    """A fake sleep for run(): each sleep puts the next sample of the script in meminfo, and the
+    container's next state in the fake docker when the step gives one; after the last step it ends the
+    guard as SIGTERM would."""
+
+    def __init__(self, meminfo: Path, docker: FakeDocker, steps: list[tuple[int, str | None]]) -> None:
+        self.meminfo = meminfo
+        self.docker = docker
+        self.steps = iter(steps[1:])
+        self.apply(steps[0])
+
+    def apply(self, step: tuple[int, str | None]) -> None:
+        value, state = step
+        write_meminfo(self.meminfo, value, value)
+        if state is not None:
+            self.docker.state = state
+
+    def sleep(self, seconds: float) -> None:
+        assert seconds == 0.05
+        step = next(self.steps, None)
+        if step is None:
+            raise memguard.Terminated()
+        self.apply(step)
+
+
 # --- pure logic ---------------------------------------------------------------
 
 
@@ -103,29 +191,25 @@ def test_parse_meminfo_gives_bytes() -> None:
     assert values["HugePages_Total"] == 0
 
 
-def test_acts_after_the_given_number_of_consecutive_low_samples() -> None:
+def test_due_after_the_given_number_of_consecutive_low_samples() -> None:
     guard = memguard.Guard(FLOOR, 3, "both")
     low = sample(LOW, LOW)
-    assert guard.observe(low) is None
-    assert guard.observe(low) is None
-    assert guard.observe(low) is memguard.Action.STOP
+    assert [guard.observe(low) for _ in range(3)] == [False, False, True]
 
 
-def test_one_sample_means_the_first_low_sample_acts() -> None:
+def test_one_sample_means_the_first_low_sample_is_due() -> None:
     guard = memguard.Guard(FLOOR, 1, "MemAvailable")
-    assert guard.observe(sample(LOW, HIGH)) is memguard.Action.STOP
+    assert guard.observe(sample(LOW, HIGH)) is True
 
 
 def test_a_sample_at_or_above_the_floor_resets_the_count() -> None:
     guard = memguard.Guard(FLOOR, 3, "both")
     low = sample(LOW, LOW)
-    assert guard.observe(low) is None
-    assert guard.observe(low) is None
-    assert guard.observe(sample(FLOOR, FLOOR)) is None  # exactly at the floor is not low
+    assert guard.observe(low) is False
+    assert guard.observe(low) is False
+    assert guard.observe(sample(FLOOR, FLOOR)) is False  # exactly at the floor is not low
     assert guard.low_count == 0
-    assert guard.observe(low) is None
-    assert guard.observe(low) is None
-    assert guard.observe(low) is memguard.Action.STOP
+    assert [guard.observe(low) for _ in range(3)] == [False, False, True]
 
 
 @pytest.mark.parametrize(
@@ -134,8 +218,7 @@ def test_a_sample_at_or_above_the_floor_resets_the_count() -> None:
 )
 def test_memfree_low_while_memavailable_is_high(watch: str, acts: bool) -> None:
     guard = memguard.Guard(FLOOR, 2, watch)
-    actions = [guard.observe(sample(HIGH, LOW)) for _ in range(4)]
-    assert (memguard.Action.STOP in actions) is acts
+    assert any(guard.observe(sample(HIGH, LOW)) for _ in range(4)) is acts
 
 
 @pytest.mark.parametrize(
@@ -144,19 +227,17 @@ def test_memfree_low_while_memavailable_is_high(watch: str, acts: bool) -> None:
 )
 def test_memavailable_low_while_memfree_is_high(watch: str, acts: bool) -> None:
     guard = memguard.Guard(FLOOR, 2, watch)
-    actions = [guard.observe(sample(LOW, HIGH)) for _ in range(4)]
-    assert (memguard.Action.STOP in actions) is acts
+    assert any(guard.observe(sample(LOW, HIGH)) for _ in range(4)) is acts
 
 
-def test_acts_once_then_again_only_after_recovery() -> None:
+def test_due_until_it_acted_then_again_only_after_recovery() -> None:
     guard = memguard.Guard(FLOOR, 2, "both")
     low = sample(LOW, LOW)
-    actions = [guard.observe(low) for _ in range(10)]
-    assert actions.count(memguard.Action.STOP) == 1
-    assert actions[1] is memguard.Action.STOP
-    assert guard.observe(sample(HIGH, HIGH)) is None
-    assert guard.observe(low) is None
-    assert guard.observe(low) is memguard.Action.STOP
+    assert [guard.observe(low) for _ in range(4)] == [False, True, True, True]  # due, nothing done yet
+    guard.acted()
+    assert [guard.observe(low) for _ in range(6)] == [False] * 6
+    assert guard.observe(sample(HIGH, HIGH)) is False
+    assert [guard.observe(low) for _ in range(2)] == [False, True]
 
 
 def test_a_sample_without_a_watched_value_is_an_error() -> None:
@@ -165,16 +246,51 @@ def test_a_sample_without_a_watched_value_is_an_error() -> None:
         guard.observe({"MemFree": HIGH})
 
 
+@pytest.mark.parametrize(
+    ("rc", "out", "err", "state"),
+    [
+        (0, "true\n", "", memguard.ContainerState.RUNNING),
+        (0, "false\n", "", memguard.ContainerState.NOT_RUNNING),
+        (1, "", "Error: No such container: glm53-r0\n", memguard.ContainerState.ABSENT),
+        (1, "", "Error response from daemon: No such container: glm53-r0\n", memguard.ContainerState.ABSENT),
+        (1, "", "Cannot connect to the Docker daemon at unix:///var/run/docker.sock.\n",
+         memguard.ContainerState.UNKNOWN),
+        (124, "", "no answer after 10 s", memguard.ContainerState.UNKNOWN),
+        (0, "<no value>\n", "", memguard.ContainerState.UNKNOWN),
+    ],
+)
+def test_the_container_state_from_docker_inspect(
+    tmp_path: Path, rc: int, out: str, err: str, state: Any
+) -> None:
+    config = memguard.parse_config(base_config(tmp_path))
+    asked: list[tuple[list[str], float]] = []
+
+    def runner(argv: Sequence[str], timeout_s: float) -> tuple[int, str, str]:
+        asked.append((list(argv), timeout_s))
+        return rc, out, err
+
+    assert memguard.container_state(config, runner)[0] is state
+    assert asked == [(["docker", *INSPECT], memguard.INSPECT_TIMEOUT_S)]
+
+
 # --- config -------------------------------------------------------------------
 
 
 def test_defaults_fill_in_the_optional_keys(tmp_path: Path) -> None:
     raw = {key: base_config(tmp_path)[key] for key in memguard.REQUIRED_KEYS}
     config = memguard.parse_config(raw)
+    assert config.action == "kill"
+    assert config.stop_grace_s == 10
     assert config.interval_s == 1.0
     assert config.meminfo_path == "/proc/meminfo"
     assert config.events_path == "/var/lib/sparkserve/memguard/glm53.events.jsonl"
-    assert config.stop_command == ("docker", "stop", "--time", "10", "glm53-r0")
+    assert config.docker_command == ("docker",)
+    assert memguard.action_command(config) == ("docker", "kill", "glm53-r0")
+
+
+def test_the_stop_command_carries_the_grace(tmp_path: Path) -> None:
+    config = memguard.parse_config(base_config(tmp_path, action="stop", stop_grace_s=0))
+    assert memguard.action_command(config) == ("docker", "stop", "-t", "0", "glm53-r0")
 
 
 BAD_CONFIGS: list[tuple[dict[str, Any], list[str], str]] = [
@@ -192,7 +308,15 @@ BAD_CONFIGS: list[tuple[dict[str, Any], list[str], str]] = [
     ({"samples": 1.5}, [], "samples is 1.5"),
     ({"watch": "Cached"}, [], 'watch is "Cached"; set one of MemAvailable, MemFree, both'),
     ({"watch": ["MemFree"]}, [], "watch is [\"MemFree\"]"),
+    ({"action": "restart"}, [], 'action is "restart"; set kill (docker kill, at once) or stop'),
+    ({"action": "KILL"}, [], 'action is "KILL"'),
+    ({"action": None}, [], "action is null"),
+    ({"stop_grace_s": -1}, [], "stop_grace_s is -1; set a whole number of seconds, 0 or more"),
+    ({"stop_grace_s": 1.5}, [], "stop_grace_s is 1.5"),
+    ({"stop_grace_s": "10"}, [], 'stop_grace_s is "10"'),
+    ({"stop_grace_s": False}, [], "stop_grace_s is false"),
     ({"flor_bytes": FLOOR}, [], "unknown key flor_bytes"),
+    ({"stop_command": ["docker", "stop", "{container}"]}, [], "unknown key stop_command"),
     ({"interval_s": 0}, [], "interval_s is 0"),
     ({"interval_s": "1"}, [], 'interval_s is "1"'),
     ({"container": ""}, [], 'container is ""'),
@@ -201,10 +325,9 @@ BAD_CONFIGS: list[tuple[dict[str, Any], list[str], str]] = [
     ({"deployment": 3}, [], "deployment is 3"),
     ({"meminfo_path": ""}, [], 'meminfo_path is ""'),
     ({"events_path": None}, [], "events_path is null"),
-    ({"stop_command": "docker stop glm53-r0"}, [], "stop_command is"),
-    ({"stop_command": []}, [], "stop_command is []"),
-    ({"stop_command": ["docker", "stop", 3]}, [], "stop_command is"),
-    ({"stop_command": ["docker", "stop", "other"]}, [], "does not name the container"),
+    ({"docker_command": "docker"}, [], 'docker_command is "docker"'),
+    ({"docker_command": []}, [], "docker_command is []"),
+    ({"docker_command": ["docker", 3]}, [], "docker_command is"),
 ]
 
 
@@ -213,7 +336,7 @@ def test_a_bad_config_is_refused_with_status_2_before_anything_happens(
     tmp_path: Path, capsys: pytest.CaptureFixture[str],
     changes: dict[str, Any], drop: list[str], message: str,
 ) -> None:
-    config = base_config(tmp_path, **{"samples": 1, **changes})
+    config = base_config(tmp_path, **{"samples": 1, "docker_command": fake_docker(tmp_path), **changes})
     for key in drop:
         del config[key]
     write_meminfo(tmp_path / "meminfo", LOW, LOW)
@@ -223,7 +346,7 @@ def test_a_bad_config_is_refused_with_status_2_before_anything_happens(
     assert err.startswith(f"memguard config {path}: ")
     assert message in err
     assert err.count("\n") == 1
-    assert recorded(tmp_path / "stops.log") == []
+    assert docker_calls(tmp_path) == []
     assert events(tmp_path) == []
 
 
@@ -249,10 +372,10 @@ def test_check_config_prints_ok_and_does_nothing_else(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     write_meminfo(tmp_path / "meminfo", LOW, LOW)
-    path = write_config(tmp_path, base_config(tmp_path, samples=1))
+    path = write_config(tmp_path, base_config(tmp_path, samples=1, docker_command=fake_docker(tmp_path)))
     assert memguard.main(["--config", str(path), "--check-config"]) == 0
     assert capsys.readouterr().out == "OK\n"
-    assert recorded(tmp_path / "stops.log") == []
+    assert docker_calls(tmp_path) == []
 
 
 def test_a_bad_config_exits_2_as_a_program(tmp_path: Path) -> None:
@@ -265,24 +388,54 @@ def test_a_bad_config_exits_2_as_a_program(tmp_path: Path) -> None:
                            "set one of MemAvailable, MemFree, both\n")
 
 
+def test_a_bad_action_is_refused_by_check_config_as_a_program(tmp_path: Path) -> None:
+    path = write_config(tmp_path, base_config(tmp_path, action="terminate"))
+    done = subprocess.run([sys.executable, str(SCRIPT), "--config", str(path), "--check-config"],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr == (f'memguard config {path}: action is "terminate"; '
+                           "set kill (docker kill, at once) or stop (docker stop -t stop_grace_s)\n")
+
+
 # --- acting -------------------------------------------------------------------
 
 
-def test_once_with_one_low_sample_stops_exactly_the_configured_container(
+def test_once_with_one_low_sample_kills_exactly_the_configured_container(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     write_meminfo(tmp_path / "meminfo", HIGH, LOW)
-    path = write_config(tmp_path, base_config(tmp_path, samples=1))
+    path = write_config(tmp_path, base_config(tmp_path, samples=1, docker_command=fake_docker(tmp_path)))
     assert memguard.main(["--config", str(path), "--once"]) == 0
-    assert recorded(tmp_path / "stops.log") == [["stop", "glm53-r0"]]
+    assert docker_calls(tmp_path) == [INSPECT, ["kill", "glm53-r0"]]
     out = capsys.readouterr().out
+    assert out.splitlines()[0].endswith("1 samples of 0.05 s, then kill (docker kill)")
     assert out.splitlines()[-1] == ("memguard glm53: MemAvailable 20.00 GiB, MemFree 4.00 GiB; "
-                                    "below the floor of 8.00 GiB (1/1); stopped container glm53-r0")
+                                    "below the floor of 8.00 GiB (1/1); killed container glm53-r0")
 
 
-def test_the_event_line_records_the_stop(tmp_path: Path) -> None:
+def test_stop_uses_the_grace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_meminfo(tmp_path / "meminfo", LOW, LOW)
+    config = base_config(tmp_path, samples=1, action="stop", stop_grace_s=25, docker_command=fake_docker(tmp_path))
+    assert memguard.main(["--config", str(write_config(tmp_path, config)), "--once"]) == 0
+    assert docker_calls(tmp_path) == [INSPECT, ["stop", "-t", "25", "glm53-r0"]]
+    [event] = events(tmp_path)
+    assert (event["action"], event["stop_rc"]) == ("stopped", 0)
+    assert capsys.readouterr().out.splitlines()[-1].endswith("(1/1); stopped container glm53-r0")
+
+
+def test_a_stop_may_take_its_grace_on_top_of_the_command_timeout(tmp_path: Path) -> None:
+    docker = FakeDocker()
+    write_meminfo(tmp_path / "meminfo", LOW, LOW)
+    config = memguard.parse_config(base_config(tmp_path, samples=1, action="stop", stop_grace_s=30))
+    assert memguard.run(config, once=True, runner=docker) == 0
+    assert docker.calls == [INSPECT, ["stop", "-t", "30", "glm53-r0"]]
+    assert docker.timeouts == [memguard.INSPECT_TIMEOUT_S, memguard.ACTION_TIMEOUT_S + 30]
+
+
+def test_the_event_line_records_the_kill(tmp_path: Path) -> None:
     write_meminfo(tmp_path / "meminfo", HIGH, LOW)
-    path = write_config(tmp_path, base_config(tmp_path, samples=1))
+    path = write_config(tmp_path, base_config(tmp_path, samples=1, docker_command=fake_docker(tmp_path)))
     assert memguard.main(["--config", str(path), "--once"]) == 0
     [event] = events(tmp_path)
     assert set(event) == {"time", "deployment", "container", "watched", "values",
@@ -293,77 +446,153 @@ def test_the_event_line_records_the_stop(tmp_path: Path) -> None:
     assert event["values"] == {"MemAvailable": HIGH, "MemFree": LOW}
     assert event["floor_bytes"] == FLOOR
     assert event["samples"] == 1
-    assert event["action"] == "stopped"
+    assert event["action"] == "killed"
     assert event["stop_rc"] == 0
     assert event["time"].endswith("+00:00")
 
 
 def test_once_with_a_single_low_sample_of_three_does_nothing(tmp_path: Path) -> None:
     write_meminfo(tmp_path / "meminfo", LOW, LOW)
-    path = write_config(tmp_path, base_config(tmp_path, samples=3))
+    path = write_config(tmp_path, base_config(tmp_path, samples=3, docker_command=fake_docker(tmp_path)))
     assert memguard.main(["--config", str(path), "--once"]) == 0
-    assert recorded(tmp_path / "stops.log") == []
+    assert docker_calls(tmp_path) == []
     assert events(tmp_path) == []
 
 
-def test_a_container_that_is_gone_is_recorded_as_stop_failed(
+@pytest.mark.parametrize(("state", "words"), [(None, "is not there"), ("exited", "is there but not running")])
+def test_a_container_that_is_not_there_or_not_running_is_left_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], state: str | None, words: str
+) -> None:
+    write_meminfo(tmp_path / "meminfo", LOW, LOW)
+    path = write_config(tmp_path, base_config(tmp_path, samples=1, docker_command=fake_docker(tmp_path, state)))
+    assert memguard.main(["--config", str(path), "--once"]) == 0
+    assert docker_calls(tmp_path) == [INSPECT]
+    assert events(tmp_path) == []
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "memguard glm53: MemAvailable 4.00 GiB, MemFree 4.00 GiB; below the floor of 8.00 GiB (1/1); "
+        f"container glm53-r0 {words}: nothing to kill; still watching")
+
+
+def test_a_kill_that_fails_is_recorded_as_kill_failed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    gone = ["sh", "-c", "echo 'Error response from daemon: No such container: {container}' >&2; exit 1"]
     write_meminfo(tmp_path / "meminfo", LOW, LOW)
-    path = write_config(tmp_path, base_config(tmp_path, samples=1, stop_command=gone))
+    docker = fake_docker(tmp_path)
+    (tmp_path / "docker.fail").write_text("", encoding="utf-8")
+    path = write_config(tmp_path, base_config(tmp_path, samples=1, docker_command=docker))
     assert memguard.main(["--config", str(path), "--once"]) == 0
     [event] = events(tmp_path)
-    assert event["action"] == "stop-failed"
-    assert event["stop_rc"] == 1
+    assert (event["action"], event["stop_rc"]) == ("kill-failed", 1)
     out = capsys.readouterr().out
-    assert "stopping container glm53-r0 failed with status 1" in out
-    assert "No such container: glm53-r0" in out
+    assert "killing container glm53-r0 failed with status 1" in out
+    assert "cannot kill container: glm53-r0: permission denied" in out
 
 
-def test_a_stop_command_that_cannot_start_is_recorded_with_127(tmp_path: Path) -> None:
-    missing = [str(tmp_path / "no-docker"), "stop", "{container}"]
+def test_a_docker_that_cannot_start_is_still_tried_and_recorded_with_127(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docker's state unknown (here: no docker at all) is no reason to let the node run out of memory."""
     write_meminfo(tmp_path / "meminfo", LOW, LOW)
-    path = write_config(tmp_path, base_config(tmp_path, samples=1, stop_command=missing))
+    path = write_config(tmp_path, base_config(tmp_path, samples=1, docker_command=[str(tmp_path / "no-docker")]))
     assert memguard.main(["--config", str(path), "--once"]) == 0
     [event] = events(tmp_path)
-    assert (event["action"], event["stop_rc"]) == ("stop-failed", 127)
+    assert (event["action"], event["stop_rc"]) == ("kill-failed", 127)
+    out = capsys.readouterr().out
+    assert "container glm53-r0 is of unknown state (docker container inspect failed with status 127" in out
 
 
 def test_a_meminfo_without_the_watched_value_exits_1(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     (tmp_path / "meminfo").write_text("MemTotal: 1000 kB\nMemFree: 10 kB\n", encoding="ascii")
-    path = write_config(tmp_path, base_config(tmp_path, samples=1))
+    path = write_config(tmp_path, base_config(tmp_path, samples=1, docker_command=fake_docker(tmp_path)))
     assert memguard.main(["--config", str(path), "--once"]) == 1
     assert f"{tmp_path / 'meminfo'} has no MemAvailable value; exiting" in capsys.readouterr().out
-    assert recorded(tmp_path / "stops.log") == []
+    assert docker_calls(tmp_path) == []
 
 
-def test_the_loop_stops_once_and_again_only_after_recovery(
+def test_the_loop_kills_once_and_again_only_after_recovery(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    meminfo = tmp_path / "meminfo"
+    docker = FakeDocker()
     config = memguard.parse_config(base_config(tmp_path, samples=2))
-    # The memory each sample sees; the fake sleep moves on to the next.
-    script = [LOW, LOW, LOW, LOW, HIGH, LOW, LOW, LOW]
-    write_meminfo(meminfo, script[0], script[0])
-    taken = iter(script[1:])
-
-    def fake_sleep(seconds: float) -> None:
-        assert seconds == 0.05
-        value = next(taken, None)
-        if value is None:
-            raise memguard.Terminated()
-        write_meminfo(meminfo, value, value)
-
-    assert memguard.run(config, once=False, sleep=fake_sleep) == 0
-    assert recorded(tmp_path / "stops.log") == [["stop", "glm53-r0"], ["stop", "glm53-r0"]]
-    assert [event["action"] for event in events(tmp_path)] == ["stopped", "stopped"]
+    steps: list[tuple[int, str | None]] = [
+        (LOW, None), (LOW, None), (LOW, None), (LOW, None),
+        (HIGH, "running"),  # restarted by hand while memory is back
+        (LOW, None), (LOW, None), (LOW, None),
+    ]
+    script = MemoryScript(tmp_path / "meminfo", docker, steps)
+    assert memguard.run(config, once=False, sleep=script.sleep, runner=docker) == 0
+    assert docker.calls == [INSPECT, ["kill", "glm53-r0"], INSPECT, ["kill", "glm53-r0"]]
+    assert [event["action"] for event in events(tmp_path)] == ["killed", "killed"]
     out = capsys.readouterr().out.splitlines()
     assert sum("back at or above the floor" in line for line in out) == 1
     assert sum("(1/2)" in line for line in out) == 2
     assert out[-1] == "memguard glm53: terminated; exiting"
+
+
+def test_armed_before_the_rank_exists_the_guard_waits_for_it_then_kills_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Started before the load: no container for a while (memory low or not), nothing done, one line;
+    the container appears and memory stays low: the next sample kills it."""
+    docker = FakeDocker(state="absent")
+    config = memguard.parse_config(base_config(tmp_path, samples=3))
+    steps: list[tuple[int, str | None]] = [
+        (HIGH, None), (HIGH, None),  # memory fine: docker is not even asked
+        (LOW, None), (LOW, None), (LOW, None),  # due, but no container: nothing to kill
+        (LOW, None), (LOW, None), (LOW, None),  # still nothing: no more lines, no events
+        (LOW, "running"),  # the rank is created and runs: killed at this sample
+        (LOW, None), (LOW, None),  # killed once, while memory stays low
+    ]
+    script = MemoryScript(tmp_path / "meminfo", docker, steps)
+    assert memguard.run(config, once=False, sleep=script.sleep, runner=docker) == 0
+    assert docker.calls == [INSPECT] * 5 + [["kill", "glm53-r0"]]
+    [event] = events(tmp_path)
+    assert (event["action"], event["container"], event["stop_rc"]) == ("killed", "glm53-r0", 0)
+    out = capsys.readouterr().out.splitlines()
+    assert [line for line in out if "glm53-r0 is" in line] == [
+        "memguard glm53: MemAvailable 4.00 GiB, MemFree 4.00 GiB; below the floor of 8.00 GiB (3/3); "
+        "container glm53-r0 is not there: nothing to kill; still watching"]
+    assert out[-2] == ("memguard glm53: MemAvailable 4.00 GiB, MemFree 4.00 GiB; below the floor of 8.00 GiB "
+                       "(3/3); killed container glm53-r0")
+
+
+def test_a_container_that_comes_and_goes_while_memory_is_low_is_one_line_each_way(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    docker = FakeDocker(state="absent")
+    config = memguard.parse_config(base_config(tmp_path, samples=1))
+    steps: list[tuple[int, str | None]] = [
+        (LOW, None), (LOW, "exited"), (LOW, None), (LOW, "absent"), (LOW, None),
+    ]
+    script = MemoryScript(tmp_path / "meminfo", docker, steps)
+    assert memguard.run(config, once=False, sleep=script.sleep, runner=docker) == 0
+    assert actions_taken(docker.calls) == []
+    assert events(tmp_path) == []
+    out = capsys.readouterr().out.splitlines()
+    changes = [line for line in out if "glm53-r0 is" in line]
+    assert [line.split("container glm53-r0 ")[1] for line in changes] == [
+        "is not there: nothing to kill; still watching",
+        "is there but not running: nothing to kill; still watching",
+        "is not there: nothing to kill; still watching",
+    ]
+
+
+def test_a_container_removed_after_a_kill_is_left_alone_in_the_next_low_spell(
+    tmp_path: Path,
+) -> None:
+    docker = FakeDocker()
+    config = memguard.parse_config(base_config(tmp_path, samples=2, action="stop", stop_grace_s=5))
+    steps: list[tuple[int, str | None]] = [
+        (LOW, None), (LOW, None),  # stopped
+        (HIGH, "absent"),  # the operator removes it
+        (LOW, None), (LOW, None), (LOW, None),
+    ]
+    script = MemoryScript(tmp_path / "meminfo", docker, steps)
+    assert memguard.run(config, once=False, sleep=script.sleep, runner=docker) == 0
+    assert docker.calls == [INSPECT, ["stop", "-t", "5", "glm53-r0"], INSPECT, INSPECT]
+    assert [event["action"] for event in events(tmp_path)] == ["stopped"]
 
 
 # --- as a program -------------------------------------------------------------
@@ -416,15 +645,13 @@ class MeminfoFeed:
         self.give(self.wait_for_read(), available, free)
 
 
-def test_the_program_stops_within_samples_plus_one_intervals_and_exits_0_on_sigterm(
+def test_the_program_armed_before_its_rank_kills_it_within_one_sample_and_exits_0_on_sigterm(
     tmp_path: Path,
 ) -> None:
-    """Samples, not seconds: the first sample after memory drops sees it (the guard reads meminfo afresh at
-    every sample, an interval apart), and the third low one in a row stops the container."""
+    """Samples, not seconds: the guard runs before its container exists and does nothing but say so once;
+    the first sample after the container runs (memory still low) kills it, once."""
     feed = MeminfoFeed(tmp_path / "meminfo")
-    stops = tmp_path / "stops.log"
-    config = base_config(tmp_path, samples=3, interval_s=0.05,
-                         stop_command=["sh", "-c", f"echo {{container}} >> {stops}"])
+    config = base_config(tmp_path, samples=3, interval_s=0.05, docker_command=fake_docker(tmp_path, None))
     path = write_config(tmp_path, config)
     guard = subprocess.Popen([sys.executable, str(SCRIPT), "--config", str(path)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -436,11 +663,16 @@ def test_the_program_stops_within_samples_plus_one_intervals_and_exits_0_on_sigt
             feed.sample(HIGH, HIGH)  # a few samples above the floor
         feed.sample(HIGH, LOW)
         feed.sample(HIGH, LOW)
-        fd = feed.wait_for_read()  # two low samples are done: no stop yet
-        assert not stops.exists()
-        feed.give(fd, HIGH, LOW)  # the third
-        fd = feed.wait_for_read()  # and the guard is on to the next: it stopped the container on that one
-        assert stops.read_text(encoding="utf-8") == "glm53-r0\n"
+        fd = feed.wait_for_read()  # two low samples are done: docker not even asked
+        assert docker_calls(tmp_path) == []
+        feed.give(fd, HIGH, LOW)  # the third: due, but there is no container
+        feed.sample(HIGH, LOW)  # still none
+        fd = feed.wait_for_read()
+        assert docker_calls(tmp_path) == [INSPECT, INSPECT]
+        (tmp_path / "docker.state").write_text("running", encoding="utf-8")  # the rank starts
+        feed.give(fd, HIGH, LOW)
+        fd = feed.wait_for_read()  # and the guard is on to the next: it killed the container on that one
+        assert actions_taken(docker_calls(tmp_path)) == [["kill", "glm53-r0"]]
         feed.give(fd, HIGH, LOW)
         feed.sample(HIGH, LOW)  # memory stays low
         waiting = feed.wait_for_read()  # SIGTERM while the guard waits for a sample
@@ -457,9 +689,11 @@ def test_the_program_stops_within_samples_plus_one_intervals_and_exits_0_on_sigt
     assert err == ""
     lines = out.splitlines()
     assert [line.split("; ")[-1] for line in lines if "below the floor" in line] == [
-        "below the floor of 8.00 GiB (1/3)", "below the floor of 8.00 GiB (2/3)", "stopped container glm53-r0"]
-    assert "(3/3); stopped container glm53-r0" in out
+        "below the floor of 8.00 GiB (1/3)", "below the floor of 8.00 GiB (2/3)", "still watching",
+        "killed container glm53-r0"]
+    assert "(3/3); container glm53-r0 is not there: nothing to kill; still watching" in out
+    assert "(3/3); killed container glm53-r0" in out
     assert out.endswith("memguard glm53: terminated; exiting\n")
-    assert stops.read_text(encoding="utf-8") == "glm53-r0\n"  # once, while memory stays low
+    assert docker_calls(tmp_path) == [INSPECT, INSPECT, INSPECT, ["kill", "glm53-r0"]]  # once, memory still low
     [event] = events(tmp_path)
-    assert event["values"] == {"MemAvailable": HIGH, "MemFree": LOW}
+    assert (event["action"], event["values"]) == ("killed", {"MemAvailable": HIGH, "MemFree": LOW})

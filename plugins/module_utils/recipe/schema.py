@@ -99,6 +99,16 @@ _FILE_OVERRIDES: Dict[str, Any] = {
             "description": "sha256 of `source`; the file is refused when it differs.",
         },
         "sha256_from": _from("sha256", "the sha256", "the 64 hex digits of sha256sum {source}"),
+        "expect": {
+            "type": "dict",
+            "values": "raw",
+            "default": {},
+            "description": "Optional values the source must hold, checked on the controller before any node is "
+                           "touched: top-level keys of the JSON file to a string, number, boolean or null, or a "
+                           "list of them (`eos_token_id: 154828`). Where the file's value is a list, every expected "
+                           "value must be in it; otherwise the file's value must equal the expected one. A source "
+                           "that is not JSON, lacks a key or holds something else is refused.",
+        },
     },
 }
 
@@ -303,6 +313,13 @@ RECIPE_SPEC: Dict[str, Any] = {
                     "description": "Pattern of each rank's container name; `{deployment}` and `{rank}` are "
                                    "replaced, and `{rank}` must appear.",
                 },
+                "head_delay_s": {
+                    "type": "int",
+                    "default": 0,
+                    "min": 0,
+                    "description": "Seconds between the last worker's start and the head's start (workers_first); "
+                                   "seed 000 waits 10.",
+                },
                 "stop_grace_s": {
                     "type": "int",
                     "default": 60,
@@ -416,7 +433,8 @@ RECIPE_SPEC: Dict[str, Any] = {
                 "guard": {
                     "type": "dict",
                     "default": {},
-                    "description": "Stops the local rank when memory stays below a floor.",
+                    "description": "Kills (or stops) the local rank when memory stays below a floor; armed "
+                                   "before the rank is created, so it watches the load too.",
                     "options": {
                         "floor_gib": {
                             "type": "number",
@@ -428,7 +446,7 @@ RECIPE_SPEC: Dict[str, Any] = {
                             "type": "int",
                             "default": 3,
                             "min": 1,
-                            "description": "Consecutive one-second samples below the floor before the rank is stopped.",
+                            "description": "Consecutive one-second samples below the floor before the guard acts.",
                         },
                         "watch": {
                             "type": "str",
@@ -437,6 +455,30 @@ RECIPE_SPEC: Dict[str, Any] = {
                             "description": "Which /proc/meminfo value is compared with the floor. MemAvailable "
                                            "counts the page cache of mapped weights as free; GB10's GPU memory "
                                            "follows MemFree.",
+                        },
+                        "action": {
+                            "type": "str",
+                            "default": "kill",
+                            "choices": ["kill", "stop"],
+                            "description": "What the guard does to the local rank: `kill` is `docker kill` "
+                                           "(SIGKILL, at once: seed 003's); `stop` is `docker stop -t "
+                                           "stop_grace_s` (SIGTERM, SIGKILL after the grace), which lets the "
+                                           "engine exit but gives memory back later. A rank container that "
+                                           "does not exist (yet) or does not run is left alone.",
+                        },
+                        "stop_grace_s": {
+                            "type": "int",
+                            "default": 10,
+                            "min": 0,
+                            "description": "Seconds `docker stop` waits before it kills the rank; used only with "
+                                           "`action: stop`.",
+                        },
+                        "at_boot": {
+                            "type": "bool",
+                            "default": False,
+                            "description": "Start the guard again after a reboot (the systemd unit is enabled). "
+                                           "Off by default: seed 003 installs nothing that persists across a "
+                                           "reboot, and the ranks do not restart either.",
                         },
                     },
                 },
@@ -468,6 +510,17 @@ RECIPE_SPEC: Dict[str, Any] = {
             "default": {},
             "description": "Checks of the RoCE fabric beyond the links (see the fabric role).",
             "options": {
+                "gid_index": {
+                    "type": "str",
+                    "default": "fixed",
+                    "choices": ["fixed", "per_device"],
+                    "description": "How NCCL finds each twin's RoCE v2 GID. `fixed` writes `NCCL_IB_GID_INDEX`, "
+                                   "the index every twin agrees on; a node whose twins' indexes differ is "
+                                   "refused. `per_device` leaves `NCCL_IB_GID_INDEX` unset and sets "
+                                   "`NCCL_IB_ROCE_VERSION_NUM=2` and `NCCL_IB_ADDR_FAMILY=AF_INET`, so NCCL "
+                                   "(2.21 and later, which selects the GID dynamically when `NCCL_IB_GID_INDEX` "
+                                   "is unset / -1) picks each device's RoCE v2 IPv4 GID itself.",
+                },
                 "nccl_probe": {
                     "type": "dict",
                     "default": {},

@@ -409,7 +409,75 @@ def _file_checks(recipe: Dict[str, Any], name: str, recipes_dir: str, resolved: 
                               "file there or correct the hash."
                               % (name, _label(path, resolved), _show(rel), actual, sha256,
                                  _label(path.rsplit(".", 1)[0] + ".sha256", resolved)))
+    errors.extend(_expectation_checks(recipe, name, recipes_dir))
     return errors
+
+
+def _expectation_checks(recipe: Mapping[str, Any], name: str, recipes_dir: str) -> List[str]:
+    """Each file override's source holds what its ``expect`` says (read here, on the controller)."""
+    errors: List[str] = []
+    for section in ("model", "draft_model"):
+        overrides = _section(recipe, section).get("file_overrides")
+        for i, item in enumerate(overrides if isinstance(overrides, list) else []):
+            expect = item.get("expect") if isinstance(item, dict) else None
+            source = item.get("source") if isinstance(item, dict) else None
+            if not isinstance(expect, dict) or not expect or not isinstance(source, str) \
+                    or not re.match(_RELATIVE_PATH, source):
+                continue
+            full = os.path.join(recipes_dir, source)
+            if not os.path.isfile(full):
+                continue  # reported with the other named files
+            with open(full, "rb") as handle:
+                content = handle.read()
+            override = "%s.file_overrides[%d]" % (section, i)
+            for problem in file_expectation_problems(content, expect):
+                errors.append("recipe %s: %s (%s): %s; put the right file at %s or correct %s.expect."
+                              % (name, override, item.get("path"), problem, source, override))
+    return errors
+
+
+def _same_json(left: Any, right: Any) -> bool:
+    """Equal as JSON values: true is not 1, 1 is 1.0, "1" is not 1; lists and objects compared item by item."""
+    if isinstance(left, bool) or isinstance(right, bool):
+        return isinstance(left, bool) and isinstance(right, bool) and left == right
+    if isinstance(left, (int, float)) and isinstance(right, (int, float)):
+        return left == right
+    if isinstance(left, list) and isinstance(right, list):
+        return len(left) == len(right) and all(_same_json(a, b) for a, b in zip(left, right, strict=True))
+    if isinstance(left, dict) and isinstance(right, dict):
+        return left.keys() == right.keys() and all(_same_json(left[k], right[k]) for k in left)
+    return type(left) is type(right) and left == right
+
+
+def file_expectation_problems(content: Union[str, bytes], expect: Mapping[str, Any]) -> List[str]:
+    """What the JSON file CONTENT fails of EXPECT (top-level key -> value), one phrase each; [] when it holds all.
+
+    Where the file's value is a list, the expected value (one value, or a list
+    of values) must all be in it: ``eos_token_id is [2], it must include 3``.
+    Otherwise the two must be equal: ``temperature is 0.7, it must be 0.6``.
+    """
+    keys = ", ".join(str(key) for key in expect)
+    try:
+        data = json.loads(content)
+    except ValueError as exc:  # json.JSONDecodeError and UnicodeDecodeError both are
+        return ["the source is not JSON (%s), so it holds no %s" % (exc, keys)]
+    if not isinstance(data, dict):
+        return ["the source holds %s, not a JSON object, so it holds no %s"
+                % (_TYPE_WORDS["list"] if isinstance(data, list) else _show(data), keys)]
+    problems: List[str] = []
+    for key, wanted in expect.items():
+        wanted_items = wanted if isinstance(wanted, list) else [wanted]
+        if key not in data:
+            problems.append("%s is missing, it must hold %s" % (key, _show(wanted)))
+            continue
+        held = data[key]
+        if isinstance(held, list):
+            if not all(any(_same_json(item, one) for item in held) for one in wanted_items):
+                problems.append("%s is %s, it must include %s%s"
+                                % (key, _show(held), "all of " if isinstance(wanted, list) else "", _show(wanted)))
+        elif not _same_json(held, wanted):
+            problems.append("%s is %s, it must be %s" % (key, _show(held), _show(wanted)))
+    return problems
 
 
 def _section(recipe: Mapping[str, Any], key: str) -> Dict[str, Any]:
@@ -548,6 +616,13 @@ def _check_file_overrides(name: str, section: str, overrides: Any) -> List[str]:
             errors.append(_message(name, path, target, "it is already %s; override each file once" % seen[norm]))
         else:
             seen[norm] = path
+    for i, item in enumerate(overrides if isinstance(overrides, list) else []):
+        expect = item.get("expect") if isinstance(item, dict) else None
+        for key, wanted in (expect.items() if isinstance(expect, dict) else ()):
+            values = wanted if isinstance(wanted, list) else [wanted]
+            if not all(value is None or isinstance(value, (str, int, float, bool)) for value in values):
+                errors.append(_message(name, "%s.file_overrides[%d].expect.%s" % (section, i, key), wanted,
+                                       "give a string, a number, true, false or null, or a list of them"))
     return errors
 
 

@@ -3,11 +3,16 @@
 
 A DGX Spark shares its memory between the CPU and the GPU.  When a rank runs
 the node out of memory the kernel stalls or kills something at random, so this
-guard stops the node's own rank container first: once the watched value of
-/proc/meminfo stayed below a floor for ``samples`` consecutive samples, it runs
-the stop command of that one container, appends an event to a JSONL file and
-logs one line.  It never stops anything else, the peer ranks included: they
-fail on their own when their collective breaks, and the operator stops them.
+guard ends the node's own rank container first: once the watched value of
+/proc/meminfo stayed below a floor for ``samples`` consecutive samples, it
+kills (or stops) that one container, appends an event to a JSONL file and logs
+one line.  It never touches anything else, the peer ranks included: they fail
+on their own when their collective breaks, and the operator stops them.
+
+The guard is started before the rank container exists (it watches the load
+too).  It looks at the container only when it is due to act, with
+``docker container inspect``: a container that does not exist (yet, or any
+more), or exists but does not run, is left alone and the guard keeps sampling.
 
 ``watch`` picks the value: ``MemAvailable``, ``MemFree`` or ``both``.  With
 ``both`` a sample is low when EITHER value is below the floor, because the page
@@ -27,31 +32,36 @@ Config (JSON object; unknown keys are refused)::
      "floor_bytes": 8589934592,        # required, int > 0
      "samples": 3,                     # required, int >= 1
      "watch": "both",                  # required, MemAvailable | MemFree | both
+     "action": "kill",                 # kill (docker kill: SIGKILL, at once) | stop
+     "stop_grace_s": 10,               # int >= 0; stop only: docker stop -t GRACE
      "interval_s": 1.0,                # seconds between two samples
      "meminfo_path": "/proc/meminfo",
      "events_path": "/var/lib/sparkserve/memguard/glm53.events.jsonl",
-     "stop_command": ["docker", "stop", "--time", "10", "{container}"]}
+     "docker_command": ["docker"]}     # the docker client (tests give a fake one)
 
-``{container}`` in an element of ``stop_command`` is replaced by the container
-name; the command must name the container.  ``events_path`` defaults to
-``/var/lib/sparkserve/memguard/DEPLOYMENT.events.jsonl``.
+``events_path`` defaults to ``/var/lib/sparkserve/memguard/DEPLOYMENT.events.jsonl``.
 
 Behaviour:
 
 * A sample at or above the floor (every watched value) resets the count.
-* After ``samples`` consecutive low samples the guard stops the container once,
-  then keeps watching; it stops again only after a sample at or above the
-  floor and ``samples`` new low ones.
-* A stop with exit status 0 is recorded as ``stopped``; any other status as
-  ``stop-failed`` (a container that is gone: ``docker stop`` exits 1).  A stop
+* After ``samples`` consecutive low samples the guard is due: it asks docker
+  for the container's state.  Running (or a state docker cannot tell: the
+  daemon may be slow when memory is short) -> it acts once: ``docker kill
+  CONTAINER`` or ``docker stop -t GRACE CONTAINER``, then keeps watching and
+  acts again only after a sample at or above the floor and ``samples`` new low
+  ones.  Absent or not running -> it does nothing, stays due and asks again at
+  the next low sample, so a rank that appears while memory is low is acted on
+  at once.  It logs one line when it becomes due and one when the container's
+  state changes; nothing is recorded in the events file.
+* An action with exit status 0 is recorded as ``killed`` or ``stopped``; any
+  other status as ``kill-failed`` or ``stop-failed`` (in ``stop_rc``).  A
   command that cannot be started is recorded with status 127, one that does
-  not end within 60 seconds with 124.
+  not end in time (60 seconds, plus the grace for a stop) with 124.
 * The only state is the count of low samples, kept in memory.  A restart of
-  the guard starts the count from zero, so a restart delays a stop by at most
-  ``samples`` samples; a guard restarted after a stop may stop the same
-  (already stopped) container again, which ``docker stop`` accepts.
-* SIGTERM (or SIGINT) ends the guard with status 0; a stop already under way
-  is finished and recorded first.
+  the guard starts the count from zero, so a restart delays an action by at
+  most ``samples`` samples.
+* SIGTERM (or SIGINT) ends the guard with status 0; an action already under
+  way is finished and recorded first.
 
 Exit status: 0 on SIGTERM or after ``--once``; 1 when /proc/meminfo cannot be
 read or lacks a watched value; 2 for a bad config or bad arguments.  Log lines
@@ -81,16 +91,24 @@ WATCHES: dict[str, tuple[str, ...]] = {
     "MemFree": ("MemFree",),
     "both": ("MemAvailable", "MemFree"),
 }
+ACTIONS = ("kill", "stop")
+# What the event's "action" says: done, and failed.
+ACTION_DONE = {"kill": "killed", "stop": "stopped"}
+ACTION_FAILED = {"kill": "kill-failed", "stop": "stop-failed"}
 REQUIRED_KEYS = ("deployment", "container", "floor_bytes", "samples", "watch")
-OPTIONAL_KEYS = ("interval_s", "meminfo_path", "events_path", "stop_command")
+OPTIONAL_KEYS = ("action", "stop_grace_s", "interval_s", "meminfo_path", "events_path", "docker_command")
+DEFAULT_ACTION = "kill"
+DEFAULT_STOP_GRACE_S = 10
 DEFAULT_INTERVAL_S = 1.0
 DEFAULT_MEMINFO_PATH = "/proc/meminfo"
 DEFAULT_EVENTS_DIR = "/var/lib/sparkserve/memguard"
-DEFAULT_STOP_COMMAND = ("docker", "stop", "--time", "10", "{container}")
-CONTAINER_PLACEHOLDER = "{container}"
+DEFAULT_DOCKER_COMMAND = ("docker",)
 # Docker's rule for container names; the deployment name becomes a file name.
 NAME_PATTERN = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*")
-STOP_TIMEOUT_S = 60.0
+# What docker says of a container that does not exist (the daemon's words, or the CLI's).
+NO_SUCH_CONTAINER = re.compile(r"no such (container|object)", re.IGNORECASE)
+ACTION_TIMEOUT_S = 60.0
+INSPECT_TIMEOUT_S = 10.0
 RC_NOT_STARTED = 127
 RC_TIMED_OUT = 124
 GIB = 1024**3
@@ -108,8 +126,13 @@ class Terminated(Exception):  # noqa: N818 (a signal to unwind, like KeyboardInt
     """SIGTERM or SIGINT arrived."""
 
 
-class Action(enum.Enum):
-    STOP = "stop"
+class ContainerState(enum.Enum):
+    """What docker says of the rank container when the guard is due."""
+
+    RUNNING = "running"
+    NOT_RUNNING = "there but not running"
+    ABSENT = "not there"
+    UNKNOWN = "of unknown state"
 
 
 @dataclass(frozen=True)
@@ -119,10 +142,17 @@ class Config:
     floor_bytes: int
     samples: int
     watch: str
+    action: str
+    stop_grace_s: int
     interval_s: float
     meminfo_path: str
     events_path: str
-    stop_command: tuple[str, ...]
+    docker_command: tuple[str, ...]
+
+
+# A command's exit status, stdout and stderr; the runner is given the argv and a timeout in seconds.
+CommandResult = tuple[int, str, str]
+Runner = Callable[[Sequence[str], float], CommandResult]
 
 
 # --- config ---------------------------------------------------------------
@@ -170,6 +200,22 @@ def _watch(raw: Mapping[str, Any]) -> str:
     return value
 
 
+def _action(raw: Mapping[str, Any]) -> str:
+    value = raw.get("action", DEFAULT_ACTION)
+    if not isinstance(value, str) or value not in ACTIONS:
+        raise ConfigError(
+            f"action is {json.dumps(value)}; set kill (docker kill, at once) or stop (docker stop -t stop_grace_s)"
+        )
+    return value
+
+
+def _stop_grace_s(raw: Mapping[str, Any]) -> int:
+    value = raw.get("stop_grace_s", DEFAULT_STOP_GRACE_S)
+    if not _is_int(value) or value < 0:
+        raise ConfigError(f"stop_grace_s is {json.dumps(value)}; set a whole number of seconds, 0 or more")
+    return int(value)
+
+
 def _interval_s(raw: Mapping[str, Any]) -> float:
     value = raw.get("interval_s", DEFAULT_INTERVAL_S)
     if not _is_number(value) or value <= 0:
@@ -184,21 +230,14 @@ def _path(raw: Mapping[str, Any], key: str, default: str) -> str:
     return value
 
 
-def _stop_command(raw: Mapping[str, Any], container: str) -> tuple[str, ...]:
-    value = raw.get("stop_command", list(DEFAULT_STOP_COMMAND))
+def _docker_command(raw: Mapping[str, Any]) -> tuple[str, ...]:
+    value = raw.get("docker_command", list(DEFAULT_DOCKER_COMMAND))
     if (not isinstance(value, list) or not value
             or not all(isinstance(part, str) and part for part in value)):
         raise ConfigError(
-            f"stop_command is {json.dumps(value)}; set a list of non-empty strings, "
-            'like ["docker", "stop", "--time", "10", "{container}"]'
+            f'docker_command is {json.dumps(value)}; set a list of non-empty strings, like ["docker"]'
         )
-    command = tuple(part.replace(CONTAINER_PLACEHOLDER, container) for part in value)
-    if not any(container in part for part in command):
-        raise ConfigError(
-            f"stop_command {json.dumps(value)} does not name the container; "
-            "put {container} where the container name goes"
-        )
-    return command
+    return tuple(value)
 
 
 def parse_config(raw: object) -> Config:
@@ -222,10 +261,12 @@ def parse_config(raw: object) -> Config:
         floor_bytes=_floor_bytes(raw),
         samples=_samples(raw),
         watch=_watch(raw),
+        action=_action(raw),
+        stop_grace_s=_stop_grace_s(raw),
         interval_s=_interval_s(raw),
         meminfo_path=_path(raw, "meminfo_path", DEFAULT_MEMINFO_PATH),
         events_path=_path(raw, "events_path", default_events),
-        stop_command=_stop_command(raw, container),
+        docker_command=_docker_command(raw),
     )
 
 
@@ -270,10 +311,11 @@ def gib(value: int) -> str:
 
 
 class Guard:
-    """Counts consecutive samples below the floor and says when to stop.
+    """Counts consecutive samples below the floor and says when the guard is due to act.
 
-    The count is the only state; a sample at or above the floor (every watched
-    value) resets it and re-arms the guard after a stop.
+    ``observe`` returns True for every low sample from the ``samples``-th on,
+    until ``acted`` is called; a sample at or above the floor (every watched
+    value) resets the count and re-arms the guard after an action.
     """
 
     def __init__(self, floor_bytes: int, samples: int, watch: str) -> None:
@@ -281,7 +323,7 @@ class Guard:
         self.samples = samples
         self.keys = WATCHES[watch]
         self.low_count = 0
-        self.stopped = False
+        self.has_acted = False
 
     def watched(self, values: Mapping[str, int]) -> dict[str, int]:
         """The watched values of a meminfo sample, in bytes."""
@@ -293,37 +335,76 @@ class Guard:
     def is_low(self, values: Mapping[str, int]) -> bool:
         return any(value < self.floor_bytes for value in self.watched(values).values())
 
-    def observe(self, values: Mapping[str, int]) -> Action | None:
+    def observe(self, values: Mapping[str, int]) -> bool:
+        """Count this sample; True when the guard is due to act."""
         if not self.is_low(values):
             self.low_count = 0
-            self.stopped = False
-            return None
+            self.has_acted = False
+            return False
         self.low_count += 1
-        if self.low_count >= self.samples and not self.stopped:
-            self.stopped = True
-            return Action.STOP
-        return None
+        return self.low_count >= self.samples and not self.has_acted
+
+    def acted(self) -> None:
+        """The action was taken: no other until memory comes back above the floor."""
+        self.has_acted = True
+
+
+# --- docker -----------------------------------------------------------------
+
+
+def run_command(command: Sequence[str], timeout_s: float) -> CommandResult:
+    """Run a command; its exit status, stdout and stderr (127: could not start, 124: timed out)."""
+    try:
+        done = subprocess.run(
+            list(command), stdin=subprocess.DEVNULL, capture_output=True, text=True,
+            timeout=timeout_s, check=False,
+        )
+    except OSError as err:
+        return RC_NOT_STARTED, "", f"cannot run {command[0]}: {err.strerror}"
+    except subprocess.TimeoutExpired:
+        return RC_TIMED_OUT, "", f"no answer after {timeout_s:.0f} s"
+    return done.returncode, done.stdout, done.stderr
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def inspect_command(config: Config) -> tuple[str, ...]:
+    return (*config.docker_command, "container", "inspect", "--format", "{{.State.Running}}", config.container)
+
+
+def action_command(config: Config) -> tuple[str, ...]:
+    """docker kill CONTAINER, or docker stop -t GRACE CONTAINER."""
+    if config.action == "stop":
+        return (*config.docker_command, "stop", "-t", str(config.stop_grace_s), config.container)
+    return (*config.docker_command, "kill", config.container)
+
+
+def action_timeout_s(config: Config) -> float:
+    return ACTION_TIMEOUT_S + (config.stop_grace_s if config.action == "stop" else 0)
+
+
+def container_state(config: Config, runner: Runner) -> tuple[ContainerState, str]:
+    """The rank container's state, and docker's words when it could not tell."""
+    rc, out, err = runner(inspect_command(config), INSPECT_TIMEOUT_S)
+    if rc == 0:
+        answer = out.strip()
+        if answer == "true":
+            return ContainerState.RUNNING, ""
+        if answer == "false":
+            return ContainerState.NOT_RUNNING, ""
+        return ContainerState.UNKNOWN, f"docker answered {json.dumps(one_line(out))}"
+    words = one_line(err or out)
+    if rc == 1 and NO_SUCH_CONTAINER.search(words):
+        return ContainerState.ABSENT, ""
+    return ContainerState.UNKNOWN, f"docker container inspect failed with status {rc}: {words}"
 
 
 # --- acting -----------------------------------------------------------------
 
 
-def run_stop(command: Sequence[str]) -> tuple[int, str]:
-    """Run the stop command; its exit status and its output on one line."""
-    try:
-        done = subprocess.run(
-            list(command), stdin=subprocess.DEVNULL, capture_output=True, text=True,
-            timeout=STOP_TIMEOUT_S, check=False,
-        )
-    except OSError as err:
-        return RC_NOT_STARTED, f"cannot run {command[0]}: {err.strerror}"
-    except subprocess.TimeoutExpired:
-        return RC_TIMED_OUT, f"no answer after {STOP_TIMEOUT_S:.0f} s"
-    output = " ".join((done.stderr.strip() or done.stdout.strip()).split())
-    return done.returncode, output
-
-
-def make_event(config: Config, values: Mapping[str, int], stop_rc: int, now: datetime) -> dict[str, object]:
+def make_event(config: Config, values: Mapping[str, int], action_rc: int, now: datetime) -> dict[str, object]:
     return {
         "time": now.isoformat(timespec="seconds"),
         "deployment": config.deployment,
@@ -332,8 +413,8 @@ def make_event(config: Config, values: Mapping[str, int], stop_rc: int, now: dat
         "values": dict(values),
         "floor_bytes": config.floor_bytes,
         "samples": config.samples,
-        "action": "stopped" if stop_rc == 0 else "stop-failed",
-        "stop_rc": stop_rc,
+        "action": (ACTION_DONE if action_rc == 0 else ACTION_FAILED)[config.action],
+        "stop_rc": action_rc,
     }
 
 
@@ -350,16 +431,21 @@ def describe(values: Mapping[str, int]) -> str:
     return ", ".join(f"{key} {gib(value)}" for key, value in values.items())
 
 
-def stop_container(config: Config, values: Mapping[str, int]) -> None:
-    """Stop the container, record the event and log it."""
-    rc, output = run_stop(config.stop_command)
+def below_floor(config: Config, values: Mapping[str, int], count: int) -> str:
+    return f"{describe(values)}; below the floor of {gib(config.floor_bytes)} ({count}/{config.samples})"
+
+
+def act_on_container(config: Config, values: Mapping[str, int], runner: Runner) -> None:
+    """Kill or stop the container, record the event and log it."""
+    rc, out, err = runner(action_command(config), action_timeout_s(config))
     event = make_event(config, values, rc, datetime.now(timezone.utc))
-    low = f"{describe(values)}; below the floor of {gib(config.floor_bytes)} ({config.samples}/{config.samples})"
+    low = below_floor(config, values, config.samples)
     if rc == 0:
-        log(f"memguard {config.deployment}: {low}; stopped container {config.container}")
+        log(f"memguard {config.deployment}: {low}; {ACTION_DONE[config.action]} container {config.container}")
     else:
-        log(f"memguard {config.deployment}: {low}; stopping container {config.container} "
-            f"failed with status {rc} (is it still running?): {output}")
+        verb = "killing" if config.action == "kill" else "stopping"
+        log(f"memguard {config.deployment}: {low}; {verb} container {config.container} "
+            f"failed with status {rc} (is it still running?): {one_line(err or out)}")
     try:
         append_event(config.events_path, event)
     except OSError as err:
@@ -375,7 +461,7 @@ def log(message: str) -> None:
 
 
 class Shutdown:
-    """SIGTERM handler: raise at once, except while a stop is being recorded."""
+    """SIGTERM handler: raise at once, except while an action is being recorded."""
 
     def __init__(self) -> None:
         self.requested = False
@@ -387,40 +473,71 @@ class Shutdown:
             raise Terminated()
 
 
-def observe_once(config: Config, guard: Guard, shutdown: Shutdown) -> None:
-    """Take one sample, log a change of state, stop the container when due."""
-    values = read_meminfo(config.meminfo_path)
-    missing = [key for key in guard.keys if key not in values]
-    if missing:
-        raise MeminfoError(f"{config.meminfo_path} has no {missing[0]} value")
-    sample = guard.watched(values)
-    was_low = guard.low_count > 0
-    action = guard.observe(sample)
-    if action is Action.STOP:
-        shutdown.deferred = True
-        try:
-            stop_container(config, sample)
-        finally:
-            shutdown.deferred = False
-    elif 0 < guard.low_count <= guard.samples and not guard.stopped:
-        log(f"memguard {config.deployment}: {describe(sample)}; below the floor of "
-            f"{gib(config.floor_bytes)} ({guard.low_count}/{guard.samples})")
-    elif guard.low_count == 0 and was_low:
-        log(f"memguard {config.deployment}: {describe(sample)}; back at or above the floor")
-    if shutdown.requested:
-        raise Terminated()
+class Watch:
+    """The guard's state across samples: the count, and the container's state last seen when due."""
+
+    def __init__(self, config: Config, runner: Runner) -> None:
+        self.config = config
+        self.runner = runner
+        self.guard = Guard(config.floor_bytes, config.samples, config.watch)
+        self.shutdown = Shutdown()
+        self.container_seen: ContainerState | None = None
+
+    def observe_once(self) -> None:
+        """Take one sample, log a change of state, act on the container when due and it runs."""
+        config, guard = self.config, self.guard
+        values = read_meminfo(config.meminfo_path)
+        missing = [key for key in guard.keys if key not in values]
+        if missing:
+            raise MeminfoError(f"{config.meminfo_path} has no {missing[0]} value")
+        sample = guard.watched(values)
+        was_low = guard.low_count > 0
+        if guard.observe(sample):
+            self.when_due(sample)
+        elif 0 < guard.low_count < guard.samples:
+            log(f"memguard {config.deployment}: {below_floor(config, sample, guard.low_count)}")
+        elif guard.low_count == 0 and was_low:
+            log(f"memguard {config.deployment}: {describe(sample)}; back at or above the floor")
+        if self.shutdown.requested:
+            raise Terminated()
+
+    def when_due(self, sample: Mapping[str, int]) -> None:
+        """Act when the container runs (or docker cannot tell); otherwise say so once and keep watching."""
+        config = self.config
+        state, detail = container_state(config, self.runner)
+        if state in (ContainerState.RUNNING, ContainerState.UNKNOWN):
+            if state is ContainerState.UNKNOWN:
+                log(f"memguard {config.deployment}: container {config.container} is of unknown state "
+                    f"({detail}); acting on it anyway")
+            self.container_seen = state
+            self.guard.acted()
+            self.shutdown.deferred = True
+            try:
+                act_on_container(config, sample, self.runner)
+            finally:
+                self.shutdown.deferred = False
+            return
+        first_due = self.guard.low_count == config.samples
+        if first_due or state is not self.container_seen:
+            prefix = below_floor(config, sample, config.samples) + "; " if first_due else ""
+            log(f"memguard {config.deployment}: {prefix}container {config.container} is {state.value}: "
+                f"nothing to {config.action}; still watching")
+        self.container_seen = state
 
 
-def run(config: Config, once: bool, sleep: Callable[[float], None] = time.sleep) -> int:
-    guard = Guard(config.floor_bytes, config.samples, config.watch)
-    shutdown = Shutdown()
+def run(config: Config, once: bool, sleep: Callable[[float], None] = time.sleep,
+        runner: Runner = run_command) -> int:
+    watch = Watch(config, runner)
+    shutdown = watch.shutdown
     previous = {sig: signal.signal(sig, shutdown.handle) for sig in (signal.SIGTERM, signal.SIGINT)}
-    log(f"memguard {config.deployment}: watching {' and '.join(guard.keys)} in {config.meminfo_path} "
+    what = ("kill (docker kill)" if config.action == "kill"
+            else f"stop (docker stop -t {config.stop_grace_s})")
+    log(f"memguard {config.deployment}: watching {' and '.join(watch.guard.keys)} in {config.meminfo_path} "
         f"for container {config.container}; floor {gib(config.floor_bytes)}, "
-        f"{config.samples} samples of {config.interval_s:g} s")
+        f"{config.samples} samples of {config.interval_s:g} s, then {what}")
     try:
         while True:
-            observe_once(config, guard, shutdown)
+            watch.observe_once()
             if once:
                 return 0
             sleep(config.interval_s)
@@ -438,7 +555,7 @@ def run(config: Config, once: bool, sleep: Callable[[float], None] = time.sleep)
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description="Stop this node's rank container when memory stays below a floor.")
+        description="Kill (or stop) this node's rank container when memory stays below a floor.")
     parser.add_argument("--config", required=True, help="the guard's JSON config file")
     parser.add_argument("--check-config", action="store_true", help="validate the config, print OK")
     parser.add_argument("--once", action="store_true", help="take one sample, then exit")
