@@ -16,7 +16,7 @@ description:
   - Watches the deployment's rank containers too (O(containers)), on this node with C(docker) and on
     the peers over the ssh the access stage set up. A rank whose container has stopped ends the call
     with RV(stage=rank_stopped) and RV(stopped) (without failing, so the caller can say why). A peer
-    whose ssh has not connected at O(lost_after_watches) checks in a row ends the call with
+    whose ssh has not connected at O(lost_after_checks) checks in a row ends the call with
     RV(stage=node_lost) and RV(lost), as a node that stopped answering.
   - Does not fail because the engine is not ready yet; it returns RV(ready=false) and the caller loops
     (C(until), C(retries)). Connection refused counts as "not up yet".
@@ -101,10 +101,12 @@ options:
     description: Seconds between two checks of O(containers).
     type: float
     default: 10
-  lost_after_watches:
+  lost_after_checks:
     description:
-      - A peer whose ssh could not connect (exit status 255) at this many checks of O(containers) in a
-        row, within one call, is lost (RV(stage=node_lost)). C(0) never counts a peer lost.
+      - A peer whose ssh could not connect (exit status 255) at a check of O(containers) is checked again,
+        one second apart; when it has not connected at this many checks in a row it is lost
+        (RV(stage=node_lost)), which comes before any rank found stopped at the same check (a node that
+        stops answering often takes its peers' ranks down). C(0) never counts a peer lost.
     type: int
     default: 3
 author:
@@ -186,6 +188,8 @@ MAX_BODY = 64 * 1024
 DETAIL_CHARS = 300
 MIN_REQUEST_S = 1.0
 MIN_POLL_S = 0.1
+# Seconds between two checks of a peer whose ssh did not connect, before it counts as lost.
+RECHECK_PAUSE_S = 1.0
 # How long one check of a watched container may take (docker inspect, or ssh to the peer and docker inspect).
 WATCH_TIMEOUT_S = 10.0
 # The engine runs on the node probed; never send these requests through an http_proxy of the environment.
@@ -404,6 +408,21 @@ def check_containers(containers: list[dict[str, Any]], run: Runner
     return stopped, errors, unreached
 
 
+def confirm_lost(unreached: list[dict[str, Any]], checks: int, run: Runner,
+                 sleep: Callable[[float], None]) -> list[dict[str, Any]]:
+    """The peers whose ssh could not connect at `checks` checks in a row (the first one given, the others
+    RECHECK_PAUSE_S apart); none when `checks` is 0."""
+    if checks <= 0:
+        return []
+    still = unreached
+    for _ in range(checks - 1):
+        if not still:
+            break
+        sleep(RECHECK_PAUSE_S)
+        _, _, still = check_containers([{"name": u["name"], "host": u["host"], "rank": u["rank"]} for u in still], run)
+    return still
+
+
 def wait_ready(params: dict[str, Any], clock: Callable[[], float] = time.monotonic,
                sleep: Callable[[float], None] = time.sleep, run: Runner = run_command) -> dict[str, Any]:
     """Poll until the engine is ready, a watched rank stopped or about wait_s seconds passed.
@@ -428,18 +447,15 @@ def wait_ready(params: dict[str, Any], clock: Callable[[], float] = time.monoton
     def budget() -> float:
         return min(timeout_s, max(deadline - clock(), MIN_REQUEST_S))
 
-    lost_after = int(params.get("lost_after_watches", 3))
+    lost_after = int(params.get("lost_after_checks", 3))
     seen_health_ok = seen_models_ok = False
     models: list[str] = []
     watch_errors: list[str] = []
-    # How many checks in a row each peer's ssh could not connect.
-    unreached_in_a_row: dict[str, int] = {}
     while True:
         if params["containers"] and clock() >= next_watch:
             stopped, watch_errors, unreached = check_containers(params["containers"], run)
+            lost = confirm_lost(unreached, lost_after, run, sleep)
             next_watch = clock() + watch_every_s
-            unreached_in_a_row = {u["host"]: unreached_in_a_row.get(u["host"], 0) + 1 for u in unreached}
-            lost = [u for u in unreached if lost_after > 0 and unreached_in_a_row[u["host"]] >= lost_after]
             if lost:
                 names = ", ".join(f"{u['host']} (rank {u['rank']}): {u['error']}" for u in lost)
                 return {"ready": False, "stage": "node_lost", "detail": f"stopped answering before ready: {names}",
@@ -489,7 +505,7 @@ def main() -> None:
                 "rank": {"type": "int", "default": 0},
             }},
             "watch_every_s": {"type": "float", "default": 10},
-            "lost_after_watches": {"type": "int", "default": 3},
+            "lost_after_checks": {"type": "int", "default": 3},
         },
         supports_check_mode=True,
     )

@@ -104,7 +104,7 @@ def params(url: str, **changes: Any) -> dict[str, Any]:
                             "wait_s": 30.0, "poll_s": 0.1, "request_timeout_s": 10.0,
                             "dead_if_health_body_matches": "dead|EngineDeadError", "health_path": "/health",
                             "models_path": "/v1/models", "completions_path": "/v1/completions",
-                            "containers": [], "watch_every_s": 10.0, "lost_after_watches": 3}
+                            "containers": [], "watch_every_s": 10.0, "lost_after_checks": 3}
     args.update(changes)
     return args
 
@@ -394,7 +394,7 @@ def test_a_gone_container_is_stopped_and_an_unreachable_peer_is_not(serve: Calla
     engine = FakeEngine()
     docker = FakeDocker({"d-rank0": {"Running": True}, "d-rank1": "ssh: connect to host spark-2: No route"})
     containers = [{"name": "d-rank0", "host": "", "rank": 0}, {"name": "d-rank1", "host": "spark-2", "rank": 1}]
-    result = er.wait_ready(params(serve(engine), containers=containers), run=docker)
+    result = er.wait_ready(params(serve(engine), containers=containers, lost_after_checks=0), run=docker)
     assert result["ready"] and result["watch_errors"] == ["spark-2: ssh: connect to host spark-2: No route"]
     gone = er.wait_ready(params(serve(engine), containers=[{"name": "d-rank2", "host": "", "rank": 2}]),
                          run=FakeDocker({}))
@@ -433,7 +433,20 @@ def test_a_peer_whose_ssh_fails_three_checks_in_a_row_is_lost(serve: Callable[..
     assert result["lost"] == [{"rank": 1, "host": "spark-2", "name": "d-rank1",
                                "error": "ssh: connect to host spark-2: No route to host"}]
     assert "spark-2 (rank 1)" in result["detail"]
-    assert 10.0 <= result["elapsed_s"] < 10.5, "lost at the third check: at the start, after 5 s and after 10 s"
+    assert [c[-1].split()[-1] for c in docker.commands] == ["d-rank0", "d-rank1", "d-rank1", "d-rank1"], \
+        "the first check of both, then the lost peer alone twice more"
+    assert clock.sleeps == [1.0, 1.0] and engine.count == {}, "lost at the first watch, before any HTTP probe"
+
+
+def test_a_lost_node_comes_before_a_rank_it_took_down(serve: Callable[..., str]) -> None:
+    engine = FakeEngine()
+    clock = FakeClock()
+    docker = FakeDocker({"d-rank0": {"Running": False, "ExitCode": 1},
+                         "d-rank1": "ssh: connect to host spark-2: timed out"})
+    containers = [{"name": "d-rank0", "host": "", "rank": 0}, {"name": "d-rank1", "host": "spark-2", "rank": 1}]
+    result = er.wait_ready(params(serve(engine), containers=containers), clock=clock, sleep=clock.sleep, run=docker)
+    assert result["stage"] == "node_lost"
+    assert result["stopped"][0]["name"] == "d-rank0" and result["lost"][0]["host"] == "spark-2"
 
 
 def test_a_peer_that_answers_again_is_not_lost(serve: Callable[..., str]) -> None:
@@ -441,21 +454,33 @@ def test_a_peer_that_answers_again_is_not_lost(serve: Callable[..., str]) -> Non
     engine.health = (503, "loading")
     engine.models = (503, "loading")
     clock = FakeClock()
-    docker = FakeDocker({"d-rank1": "ssh: connect to host spark-2: Connection timed out"})
-
-    # Two failed checks, one answer, two failed checks: never three in a row.
-    answers = ["fail", "fail", "answer", "fail", "fail"]
+    docker = FakeDocker({})
+    # Each watch: two failed checks, then an answer: never three in a row.
+    answers = ["fail", "fail", "answer"]
 
     def answer_at_the_third_check(argv: list[str]) -> tuple[int, str]:
-        answer = answers[min(len(docker.commands), len(answers) - 1)]
+        answer = answers[len(docker.commands) % len(answers)]
         timed_out = "ssh: connect to host spark-2: timed out"
         docker.states["d-rank1"] = {"Running": True} if answer == "answer" else timed_out
         return docker(argv)
     result = er.wait_ready(params(serve(engine), containers=[{"name": "d-rank1", "host": "spark-2", "rank": 1}],
-                                  watch_every_s=5.0, wait_s=20.0),
+                                  watch_every_s=5.0, wait_s=12.0),
                            clock=clock, sleep=clock.sleep, run=answer_at_the_third_check)
-    assert len(docker.commands) == 4, "checked at 0, 5, 10 and 15 s: the last two failed in a row"
+    assert len(docker.commands) >= 6, "at least two watches of three checks each"
     assert result["stage"] == "health" and result["lost"] == [], "failures not in a row never make a node lost"
+
+
+def test_no_peer_is_ever_lost_with_zero_checks(serve: Callable[..., str]) -> None:
+    engine = FakeEngine()
+    engine.health = (503, "loading")
+    engine.models = (503, "loading")
+    clock = FakeClock()
+    docker = FakeDocker({"d-rank1": "ssh: connect to host spark-2: No route to host"})
+    result = er.wait_ready(params(serve(engine), containers=[{"name": "d-rank1", "host": "spark-2", "rank": 1}],
+                                  watch_every_s=5.0, wait_s=12.0, lost_after_checks=0),
+                           clock=clock, sleep=clock.sleep, run=docker)
+    assert result["stage"] == "health" and result["lost"] == []
+    assert result["watch_errors"] == ["spark-2: ssh: connect to host spark-2: No route to host"]
 
 
 def test_a_remote_command_failure_is_not_a_lost_node(serve: Callable[..., str]) -> None:
