@@ -11,6 +11,7 @@ import re
 import struct
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ sys.path.insert(0, str(ENGINE))
 
 import make_tiny_model  # noqa: E402 (imported once lab/engine is on sys.path)
 from sglang import launch_server  # noqa: E402 (imported once lab/engine is on sys.path)
-from vllm_double import VERSION, cli, generation, server, weights  # noqa: E402 (imported once lab/engine is on sys.path)
+from vllm_double import VERSION, app, cli, generation, server, weights  # noqa: E402 (imported once lab/engine is on sys.path)
 from vllm_double.knobs import KnobError, Knobs, read_knobs  # noqa: E402 (imported once lab/engine is on sys.path)
 from vllm_double.logs import Logger  # noqa: E402 (imported once lab/engine is on sys.path)
 from vllm_double.metrics import Metrics  # noqa: E402 (imported once lab/engine is on sys.path)
@@ -165,6 +166,38 @@ def test_knobs_from_the_environment() -> None:
     for env in ({"VLLM_DOUBLE_ITL_MS": "fast"}, {"VLLM_DOUBLE_ACCEPT": "1.5"}, {"VLLM_DOUBLE_JOIN_TIMEOUT_S": "0"}):
         with pytest.raises(KnobError, match=next(iter(env))):
             read_knobs(env)
+
+
+class MakesTheFile(threading.Event):
+    """A stop event that is never set; waiting on it makes the hold file (a test letting the load go)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+        self.waits = 0
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits += 1
+        self.path.touch()
+        return False
+
+
+def test_a_held_load_goes_on_once_its_file_exists(tmp_path: Path) -> None:
+    hold = tmp_path / "go"
+    knobs = read_knobs({"VLLM_DOUBLE_LOAD_HOLD_FILE": str(hold)})
+    assert knobs.load_hold_file == str(hold)
+    stop = MakesTheFile(hold)
+    log = Logger(0)
+    summary = app.load_weights(cli.parse_args(["serve", "/m", "--load-format", "dummy"]), knobs, log, stop)
+    assert summary == "no shards (dummy load format)" and stop.waits == 1, "held until the file was made, then on"
+
+
+def test_a_held_load_ends_when_the_engine_stops(tmp_path: Path) -> None:
+    knobs = read_knobs({"VLLM_DOUBLE_LOAD_HOLD_FILE": str(tmp_path / "never")})
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(weights.LoadInterrupted):
+        app.load_weights(cli.parse_args(["serve", "/m", "--load-format", "dummy"]), knobs, Logger(0), stop)
 
 
 # --- weights ---------------------------------------------------------------

@@ -96,6 +96,10 @@ def _draft_folder(args: ServeArgs) -> Path | None:
     return None
 
 
+# How often a held load looks for its file (VLLM_DOUBLE_LOAD_HOLD_FILE).
+HOLD_POLL_S = 0.2
+
+
 def load_weights(args: ServeArgs, knobs: Knobs, log: Logger, stop: threading.Event) -> str:
     """Read this rank's weights (and draft weights), then the init delay; a one-line summary."""
     if args.load_format == "dummy":
@@ -114,6 +118,13 @@ def load_weights(args: ServeArgs, knobs: Knobs, log: Logger, stop: threading.Eve
         log.info("engine init (VLLM_DOUBLE_LOAD_DELAY_S): %.1f s" % knobs.load_delay_s)
         if stop.wait(knobs.load_delay_s):
             raise LoadInterrupted()
+    if knobs.load_hold_file:
+        # A test holds the load here, in the middle, for as long as it needs, and lets it go by making the file.
+        log.info("engine init waits for %s (VLLM_DOUBLE_LOAD_HOLD_FILE)" % knobs.load_hold_file)
+        while not os.path.exists(knobs.load_hold_file):
+            if stop.wait(HOLD_POLL_S):
+                raise LoadInterrupted()
+        log.info("%s is there: engine init goes on" % knobs.load_hold_file)
     return summary
 
 
