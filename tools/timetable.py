@@ -7,6 +7,9 @@ file, ``$SPARKSERVE_TIMETABLE``, by default ``.cache/timetable.tsv``); the
 molecule scenarios add one line per fault through the ``timetable`` callback
 plugin. ``make`` prints the table at the end, and a stage that fails prints
 it at once, so a slowdown or a failure shows with its place in the run.
+Stages may run side by side (``make test`` runs pytest and the linters beside
+the lab's scenarios), so the total is the wall time since ``reset``, which
+the table's first line records.
 
 Usage::
 
@@ -38,12 +41,28 @@ def record(table: Path, stage: str, seconds: float, outcome: str) -> None:
         out.write(f"{stage}\t{seconds:.1f}\t{outcome}\n")
 
 
+STARTED = "# started\t"
+
+
+def started_at(table: Path) -> float | None:
+    """When the table was reset (epoch seconds), from its first line; None for a table without it."""
+    if not table.exists():
+        return None
+    first = table.read_text(encoding="utf-8").partition("\n")[0]
+    try:
+        return float(first[len(STARTED):]) if first.startswith(STARTED) else None
+    except ValueError:
+        return None
+
+
 def read(table: Path) -> list[tuple[str, float, str]]:
     """The table's lines as (stage, seconds, outcome); lines that are not three fields are skipped."""
     if not table.exists():
         return []
     rows = []
     for line in table.read_text(encoding="utf-8").splitlines():
+        if line.startswith("#"):
+            continue
         fields = line.split("\t")
         if len(fields) == 3:
             try:
@@ -57,16 +76,20 @@ def minutes(seconds: float) -> str:
     return f"{int(seconds // 60)}:{seconds % 60:04.1f}"
 
 
-def render(rows: list[tuple[str, float, str]]) -> str:
-    """The table as text. Nested lines (faults within a scenario) are indented and not added to the total."""
+def render(rows: list[tuple[str, float, str]], wall_s: float | None = None) -> str:
+    """The table as text, ending with the total: the wall time when given, else the sum of the top stages
+    (nested lines, the faults within a scenario, are not added)."""
     if not rows:
         return "time table: no stage recorded"
     width = max(len(stage) for stage, _, _ in rows)
     lines = ["time table (wall time, m:ss):"]
     for stage, seconds, outcome in rows:
         lines.append(f"  {stage.ljust(width)}  {minutes(seconds):>7}  {outcome}")
-    total = sum(seconds for stage, seconds, _ in rows if " / " not in stage)
-    lines.append(f"  {'total'.ljust(width)}  {minutes(total):>7}")
+    if wall_s is None:
+        total = sum(seconds for stage, seconds, _ in rows if " / " not in stage)
+        lines.append(f"  {'total'.ljust(width)}  {minutes(total):>7}")
+    else:
+        lines.append(f"  {'total (wall time)'.ljust(width)}  {minutes(wall_s):>7}")
     return "\n".join(lines)
 
 
@@ -96,10 +119,11 @@ def main(argv: list[str] | None = None) -> int:
     table = table_path()
     if args.action == "reset":
         table.parent.mkdir(parents=True, exist_ok=True)
-        table.write_text("", encoding="utf-8")
+        table.write_text(f"{STARTED}{time.time():.1f}\n", encoding="utf-8")
         return 0
     if args.action == "print":
-        print(render(read(table)))
+        started = started_at(table)
+        print(render(read(table), None if started is None else time.time() - started))
         return 0
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:

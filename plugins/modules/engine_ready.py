@@ -192,6 +192,9 @@ MIN_POLL_S = 0.1
 RECHECK_PAUSE_S = 1.0
 # How long one check of a watched container may take (docker inspect, or ssh to the peer and docker inspect).
 WATCH_TIMEOUT_S = 10.0
+# How long ssh may take to connect to a peer on the management network; a peer that does not connect in
+# this time, three checks in a row, is lost (lost_after_checks).
+SSH_CONNECT_TIMEOUT_S = 5
 # The engine runs on the node probed; never send these requests through an http_proxy of the environment.
 OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -375,7 +378,7 @@ def container_argv(container: dict[str, Any]) -> list[str]:
     inspect = ["docker", "inspect", "--type", "container", "--format", "{{json .State}}", container["name"]]
     if not container.get("host"):
         return inspect
-    return ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={int(WATCH_TIMEOUT_S)}", container["host"], "--",
+    return ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={SSH_CONNECT_TIMEOUT_S}", container["host"], "--",
             " ".join(shlex.quote(word) for word in inspect)]
 
 

@@ -23,7 +23,7 @@ def run_tool(table: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def test_a_stage_is_recorded_with_its_outcome_and_its_exit_status_passes_through(tmp_path: Path) -> None:
     table = tmp_path / "t.tsv"
-    assert run_tool(table, "reset").returncode == 0 and table.read_text() == ""
+    assert run_tool(table, "reset").returncode == 0 and table.read_text().startswith("# started\t")
     assert run_tool(table, "run", "pytest", "--", "true").returncode == 0
     failed = run_tool(table, "run", "lint", "--", "sh", "-c", "exit 3")
     assert failed.returncode == 3
@@ -52,6 +52,18 @@ def test_the_table_indents_nothing_and_totals_only_top_stages() -> None:
     assert any("faults / Weights faults" in line and "1:40.0" in line for line in lines)
     assert lines[-1].split() == ["total", "11:03.5"]  # 2 + 600 + 61.5; the fault inside its scenario is not added
     assert timetable.render([]) == "time table: no stage recorded"
+
+
+def test_the_total_is_the_wall_time_since_reset_when_stages_ran_side_by_side(tmp_path: Path) -> None:
+    table = tmp_path / "t.tsv"
+    table.write_text("# started\t1000.0\npytest\t90.0\tok\nmolecule default\t300.0\tok\n")
+    assert timetable.started_at(table) == 1000.0
+    assert timetable.read(table) == [("pytest", 90.0, "ok"), ("molecule default", 300.0, "ok")]
+    text = timetable.render(timetable.read(table), wall_s=310.0)
+    assert text.splitlines()[-1].split() == ["total", "(wall", "time)", "5:10.0"]  # not 90 + 300
+    printed = run_tool(table, "print")
+    assert printed.returncode == 0 and "total (wall time)" in printed.stdout
+    assert timetable.started_at(tmp_path / "none.tsv") is None
 
 
 def test_unreadable_lines_are_skipped(tmp_path: Path) -> None:
