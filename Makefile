@@ -19,13 +19,13 @@ PYTEST_WORKERS ?= auto
 demo: setup lab site
 
 ## test: the whole test suite (what CI runs), then the time table. After setup,
-## pytest and the linters (which need no lab) run beside the lab's scenarios;
-## their output is kept in .cache/static.log and shown after molecule's. The
-## table's total is the wall time.
+## pytest (on one core) and the linters, which need no lab, run beside the
+## lab's scenarios (on the other); their output is kept in .cache/static.log
+## and shown after molecule's. The table's total is the wall time.
 test:
 	@python3 tools/timetable.py reset
 	@$(MAKE) --no-print-directory setup
-	@$(MAKE) --no-print-directory pytest lint >.cache/static.log 2>&1 & static=$$!; \
+	@$(MAKE) --no-print-directory pytest lint PYTEST_WORKERS=1 >.cache/static.log 2>&1 & static=$$!; \
 	$(MAKE) --no-print-directory molecule; lab=$$?; \
 	wait $$static; checks=$$?; \
 	echo "--- pytest and the linters (.cache/static.log) ---"; cat .cache/static.log; \
