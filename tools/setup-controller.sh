@@ -32,10 +32,12 @@ if ! docker info >/dev/null 2>&1; then
   docker info >/dev/null 2>&1 || { echo "setup: dockerd did not start; see /var/log/sparkserve-dockerd.log" >&2; exit 1; }
 fi
 
-want=$(cat requirements.txt requirements-dev.txt | sha256sum | cut -c1-16)
+want=$(cat requirements.txt requirements-dev.txt pyproject.toml | sha256sum | cut -c1-16)
 if [ "$(cat .venv/.requirements 2>/dev/null)" != "$want" ]; then
   echo "setup: installing the pinned Python packages into .venv"
   [ -x .venv/bin/python ] || python3 -m venv .venv
   .venv/bin/pip install -q --disable-pip-version-check -r requirements-dev.txt
+  # The sparkserve command, editable: it runs this checkout's playbooks.
+  .venv/bin/pip install -q --disable-pip-version-check --no-deps -e .
   echo "$want" >.venv/.requirements
 fi

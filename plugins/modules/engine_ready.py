@@ -109,6 +109,14 @@ options:
         stops answering often takes its peers' ranks down). C(0) never counts a peer lost.
     type: int
     default: 3
+  load_progress_pattern:
+    description:
+      - A regular expression (Python) with the named groups C(done) and C(total), matched against the last
+        log lines of each watched container at each check of O(containers) (C(docker logs), here or over
+        ssh), which is the engine's own weight-loading progress line. The last match of each rank is returned in
+        RV(sparkserve_progress). Empty reads no logs.
+    type: str
+    default: ""
 author:
   - sparkserve
 """
@@ -168,6 +176,18 @@ models:
   returned: always
   type: list
   elements: str
+sparkserve_progress:
+  description:
+    - Each watched rank's weight loading, from its last log line matching O(load_progress_pattern), with
+      C(kind=load), C(label), C(rank), C(done), C(total) and C(unit=shards). The sparkserve command shows a
+      load bar per rank from it (each retry of the caller's C(until) loop is an event it reads).
+  returned: always
+  type: list
+  elements: dict
+sparkserve_probe:
+  description: The readiness probe's state for the sparkserve command's display (C(state), C(detail)).
+  returned: always
+  type: dict
 """
 
 import http.client
@@ -195,6 +215,8 @@ WATCH_TIMEOUT_S = 10.0
 # How long ssh may take to connect to a peer on the management network; a peer that does not connect in
 # this time, three checks in a row, is lost (lost_after_checks).
 SSH_CONNECT_TIMEOUT_S = 5
+# Log lines read from each rank for its weight-loading progress.
+LOAD_LOG_LINES = 40
 # The engine runs on the node probed; never send these requests through an http_proxy of the environment.
 OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -411,6 +433,33 @@ def check_containers(containers: list[dict[str, Any]], run: Runner
     return stopped, errors, unreached
 
 
+def logs_argv(container: dict[str, Any]) -> list[str]:
+    """The last lines of one container's log, here or on its peer over ssh."""
+    logs = ["docker", "logs", "--tail", str(LOAD_LOG_LINES), container["name"]]
+    if not container.get("host"):
+        return logs
+    return ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={SSH_CONNECT_TIMEOUT_S}", container["host"], "--",
+            " ".join(shlex.quote(word) for word in logs)]
+
+
+def load_progress(containers: list[dict[str, Any]], pattern: re.Pattern[str], run: Runner,
+                  seen: dict[int, dict[str, Any]]) -> None:
+    """Update `seen` (rank to progress) from each container's last progress line; a rank whose log cannot be
+    read or shows none keeps what it showed before."""
+    for container in containers:
+        status, output = run(logs_argv(container))
+        if status != 0:
+            continue
+        # Progress bars redraw with carriage returns: the last match on the last lines is the newest.
+        matches = list(pattern.finditer(output.replace("\r", "\n")))
+        if not matches:
+            continue
+        rank = int(container.get("rank", 0))
+        done, total = int(matches[-1].group("done")), int(matches[-1].group("total"))
+        seen[rank] = {"kind": "load", "label": f"rank {rank}", "rank": rank, "done": done, "total": total,
+                      "unit": "shards"}
+
+
 def confirm_lost(unreached: list[dict[str, Any]], checks: int, run: Runner,
                  sleep: Callable[[float], None]) -> list[dict[str, Any]]:
     """The peers whose ssh could not connect at `checks` checks in a row (the first one given, the others
@@ -451,6 +500,17 @@ def wait_ready(params: dict[str, Any], clock: Callable[[], float] = time.monoton
         return min(timeout_s, max(deadline - clock(), MIN_REQUEST_S))
 
     lost_after = int(params.get("lost_after_checks", 3))
+    progress_regex = params.get("load_progress_pattern") or ""
+    progress_pattern = re.compile(progress_regex) if progress_regex else None
+    if progress_pattern is not None and not {"done", "total"} <= set(progress_pattern.groupindex):
+        raise ValueError(f"load_progress_pattern {progress_regex!r} has no named groups done and total")
+    loading: dict[int, dict[str, Any]] = {}
+
+    def reported(result: dict[str, Any]) -> dict[str, Any]:
+        result["sparkserve_progress"] = [loading[rank] for rank in sorted(loading)]
+        result["sparkserve_probe"] = {"state": result["stage"], "detail": result.get("detail", "")}
+        return result
+
     seen_health_ok = seen_models_ok = False
     models: list[str] = []
     watch_errors: list[str] = []
@@ -458,17 +518,20 @@ def wait_ready(params: dict[str, Any], clock: Callable[[], float] = time.monoton
         if params["containers"] and clock() >= next_watch:
             stopped, watch_errors, unreached = check_containers(params["containers"], run)
             lost = confirm_lost(unreached, lost_after, run, sleep)
+            if progress_pattern is not None and not lost and not stopped:
+                load_progress(params["containers"], progress_pattern, run, loading)
             next_watch = clock() + watch_every_s
             if lost:
                 names = ", ".join(f"{u['host']} (rank {u['rank']}): {u['error']}" for u in lost)
-                return {"ready": False, "stage": "node_lost", "detail": f"stopped answering before ready: {names}",
-                        "elapsed_s": round(clock() - start, 2), "models": models, "stopped": stopped,
-                        "lost": lost, "watch_errors": watch_errors}
+                return reported({"ready": False, "stage": "node_lost",
+                                 "detail": f"stopped answering before ready: {names}",
+                                 "elapsed_s": round(clock() - start, 2), "models": models, "stopped": stopped,
+                                 "lost": lost, "watch_errors": watch_errors})
             if stopped:
                 names = ", ".join(f"rank {s['rank']} ({s['name']}) {s['state']}" for s in stopped)
-                return {"ready": False, "stage": "rank_stopped", "detail": f"stopped before ready: {names}",
-                        "elapsed_s": round(clock() - start, 2), "models": models, "stopped": stopped,
-                        "lost": [], "watch_errors": watch_errors}
+                return reported({"ready": False, "stage": "rank_stopped", "detail": f"stopped before ready: {names}",
+                                 "elapsed_s": round(clock() - start, 2), "models": models, "stopped": stopped,
+                                 "lost": [], "watch_errors": watch_errors})
         poll = poll_once(params, budget)
         if poll.models is not None:
             models = poll.models
@@ -477,14 +540,14 @@ def wait_ready(params: dict[str, Any], clock: Callable[[], float] = time.monoton
                   "watch_errors": watch_errors}
         dead = dead_reason(poll, params, pattern, seen_health_ok, seen_models_ok)
         if dead:
-            raise EngineDeadError(dead, result)
+            raise EngineDeadError(dead, reported(result))
         if poll.stage == "ready":
-            return result
+            return reported(result)
         seen_health_ok = seen_health_ok or poll.health.status == 200
         seen_models_ok = seen_models_ok or (poll.models_answer is not None and poll.models_answer.status == 200)
         remaining = deadline - clock()
         if remaining <= 0:
-            return result
+            return reported(result)
         sleep(min(poll_s, remaining))
 
 
@@ -509,6 +572,7 @@ def main() -> None:
             }},
             "watch_every_s": {"type": "float", "default": 10},
             "lost_after_checks": {"type": "int", "default": 3},
+            "load_progress_pattern": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
@@ -517,7 +581,7 @@ def main() -> None:
     except EngineDeadError as dead:
         module.fail_json(msg=dead.msg, changed=False, **dead.result)
     except re.error as err:
-        module.fail_json(msg=f"dead_if_health_body_matches is not a valid regular expression: {err}")
+        module.fail_json(msg=f"dead_if_health_body_matches or load_progress_pattern is not a regular expression: {err}")
     except ValueError as err:
         module.fail_json(msg=str(err))
     module.exit_json(changed=False, **result)

@@ -242,7 +242,10 @@ def test_load_model_reads_every_byte(model: Path) -> None:
     report = weights.load_model(model, 0, lines.append)
     assert report.shards == 3
     assert report.bytes_read == sum(p.stat().st_size for p in model.glob("*.safetensors"))
-    assert len(lines) == 3 and lines[0].startswith("loaded shard 1/3 model-00001-of-00003.safetensors: 4 tensors")
+    assert len(lines) == 3
+    assert lines[0].startswith("Loading safetensors checkpoint shards:  33% Completed | 1/3 "
+                               "[model-00001-of-00003.safetensors: 4 tensors")
+    assert lines[2].startswith("Loading safetensors checkpoint shards: 100% Completed | 3/3 [")
 
 
 def _rewrite_header(path: Path, edit: Any) -> None:

@@ -44,6 +44,7 @@ class ToyServe(Engine):
     metrics_path = "/toy/metrics"
     dead_health_pattern = "toy gave up"
     fatal_log_patterns = (r"toy panic",)
+    load_progress_pattern = r"toy loaded (?P<done>\d+) of (?P<total>\d+)"
     cache_mounts = (("toy", "/var/cache/toy"),)
     metric_names = {"spec_accept_length": "toy:accept_length"}
 
@@ -112,6 +113,7 @@ def test_the_toy_renders_its_command_line_and_facts(toy: Engine) -> None:
     facts = engine_facts(checked)
     assert facts == {"name": "toyserve", "host_ip_variable": "TOY_HOST_IP", "endpoints": head["endpoints"],
                      "dead_health_pattern": "toy gave up", "fatal_log_patterns": ["toy panic"],
+                     "load_progress_pattern": r"toy loaded (?P<done>\d+) of (?P<total>\d+)",
                      "cache_mounts": [{"name": "toy", "container_path": "/var/cache/toy"}],
                      "metric_names": {"spec_accept_length": "toy:accept_length"}}
     json.dumps(facts)

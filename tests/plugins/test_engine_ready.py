@@ -356,7 +356,9 @@ def test_main_refuses_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
     result = run_main(params("127.0.0.1:8000"), capsys)
     assert result["failed"] is True and "is not an http(s) base URL" in result["msg"]
     result = run_main(params("http://127.0.0.1:8000", dead_if_health_body_matches="("), capsys)
-    assert result["failed"] is True and "not a valid regular expression" in result["msg"]
+    assert result["failed"] is True and "not a regular expression" in result["msg"]
+    result = run_main(params("http://127.0.0.1:8000", load_progress_pattern=r"(?P<done>\d+) shards"), capsys)
+    assert result["failed"] is True and "no named groups done and total" in result["msg"]
 
 
 class FakeDocker:
@@ -504,3 +506,48 @@ def test_the_paths_come_from_the_caller(serve: Callable[..., str]) -> None:
     assert result["stage"] == "health" and "GET /healthz: 404" in result["detail"]
     with pytest.raises(ValueError, match="health_path 'healthz' is not a path"):
         er.wait_ready(params(serve(engine), health_path="healthz"))
+
+
+VLLM_LOAD = r"Loading safetensors checkpoint shards:\s+\d+% Completed \| (?P<done>\d+)/(?P<total>\d+)"
+
+
+class FakeDockerWithLogs(FakeDocker):
+    """FakeDocker that also answers docker logs, with each container's log text (progress bars redraw with \\r)."""
+
+    def __init__(self, states: dict[str, Any], logs: dict[str, str]) -> None:
+        super().__init__(states)
+        self.logs = logs
+
+    def __call__(self, argv: list[str]) -> tuple[int, str]:
+        if "logs" in argv or any(" logs " in word for word in argv):
+            self.commands.append(argv)
+            name = argv[-1].split()[-1]
+            return (0, self.logs[name]) if name in self.logs else (1, f"Error: No such container: {name}")
+        return super().__call__(argv)
+
+
+def test_each_rank_reports_its_weight_loading_from_its_own_log(serve: Callable[..., str]) -> None:
+    engine = FakeEngine()
+    engine.health = (503, "loading")
+    running = {"Running": True, "ExitCode": 0}
+    docker = FakeDockerWithLogs(
+        {"d-rank0": running, "d-rank1": running},
+        {"d-rank0": "INFO start\nLoading safetensors checkpoint shards:  25% Completed | 1/4 [00:01<00:03]\r"
+                    "Loading safetensors checkpoint shards:  50% Completed | 2/4 [00:02<00:02]\n",
+         "d-rank1": "INFO waiting for the head\n"})
+    containers = [{"name": "d-rank0", "host": "", "rank": 0}, {"name": "d-rank1", "host": "spark-2", "rank": 1}]
+    result = er.wait_ready(params(serve(engine), containers=containers, wait_s=0, load_progress_pattern=VLLM_LOAD),
+                           run=docker)
+    assert result["sparkserve_progress"] == [
+        {"kind": "load", "label": "rank 0", "rank": 0, "done": 2, "total": 4, "unit": "shards"}]
+    assert result["sparkserve_probe"]["state"] == "health"
+    peer_logs = docker.commands[-1]
+    assert peer_logs[:3] == ["ssh", "-o", "BatchMode=yes"] and peer_logs[-1] == "docker logs --tail 40 d-rank1"
+
+
+def test_no_log_is_read_without_a_progress_pattern(serve: Callable[..., str]) -> None:
+    docker = FakeDockerWithLogs({"d-rank0": {"Running": True}}, {})
+    result = er.wait_ready(params(serve(FakeEngine()), containers=[{"name": "d-rank0", "host": "", "rank": 0}]),
+                           run=docker)
+    assert result["ready"] and result["sparkserve_progress"] == []
+    assert all("logs" not in argv for argv in docker.commands)

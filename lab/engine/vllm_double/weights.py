@@ -233,6 +233,8 @@ def load_model(model_dir: Path, mib_per_s: float, log: Callable[[str], None],
         count = read_shard(header, mib_per_s, stop)
         total += count
         seconds = time.monotonic() - shard_started
-        log("loaded shard %d/%d %s: %d tensors, %.1f MiB in %.2f s"
-            % (number, len(headers), header.path.name, len(header.tensors), count / MIB, seconds))
+        # The progress line of vLLM's (and SGLang's) safetensors loader, which sparkserve reads as the load bar.
+        log("Loading safetensors checkpoint shards: %3d%% Completed | %d/%d [%s: %d tensors, %.1f MiB in %.2f s]"
+            % (100 * number // len(headers), number, len(headers), header.path.name, len(header.tensors),
+               count / MIB, seconds))
     return LoadReport(len(headers), total, time.monotonic() - started)

@@ -31,6 +31,10 @@ def _scalar(value: Any) -> str:
     return str(value)
 
 
+# vLLM's and SGLang's safetensors loader bar: "Loading safetensors checkpoint shards:  50% Completed | 1/2 [...]".
+SAFETENSORS_LOAD_PROGRESS = r"Loading safetensors checkpoint shards:\s*\d+% Completed \| (?P<done>\d+)/(?P<total>\d+)"
+
+
 class Engine:
     """The base of every adapter; a subclass sets the class attributes and ``launch_argv``."""
 
@@ -53,6 +57,9 @@ class Engine:
     dead_health_pattern: str = ""
     # Log lines that mean a rank is dead whatever its container says (Python regular expressions).
     fatal_log_patterns: Tuple[str, ...] = ()
+    # The rank's own weight-loading progress line (a Python regular expression with the groups done and
+    # total), read from its log while the launch waits; empty when the engine prints none.
+    load_progress_pattern: str = ""
     # Host folders kept across restarts: (name under the node's cache folder, path in the container).
     cache_mounts: Tuple[Tuple[str, str], ...] = ()
     # What the benchmark reads from the metrics path, by meaning; a meaning the engine lacks is absent.
@@ -117,6 +124,7 @@ class Engine:
             "endpoints": self.endpoints(recipe),
             "dead_health_pattern": self.dead_health_pattern,
             "fatal_log_patterns": list(self.fatal_log_patterns),
+            "load_progress_pattern": self.load_progress_pattern,
             "cache_mounts": [{"name": name, "container_path": path} for name, path in self.cache_mounts],
             "metric_names": dict(self.metric_names),
         }

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from typing import Any, List, Mapping
 
-from ansible_collections.sparkserve.deploy.plugins.module_utils.engines.base import Engine, Problem, flag_is_set
+from ansible_collections.sparkserve.deploy.plugins.module_utils.engines.base import (
+    SAFETENSORS_LOAD_PROGRESS,
+    Engine,
+    Problem,
+    flag_is_set,
+)
 
 
 class SGLang(Engine):
@@ -35,6 +40,8 @@ class SGLang(Engine):
         r"Scheduler hit an exception",
         r"Received sigquit from a child process",
     )
+    # Its safetensors loader's progress bar (one line per shard, redrawn with carriage returns).
+    load_progress_pattern = SAFETENSORS_LOAD_PROGRESS
     # FlashInfer's JIT kernels; SGLang keeps no compile cache of its own under ~/.cache.
     cache_mounts = (("flashinfer", "/root/.cache/flashinfer"),)
     metric_names = {"spec_accept_length": "sglang:spec_accept_length"}

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping
 
-from ansible_collections.sparkserve.deploy.plugins.module_utils.engines.base import GIB, Engine
+from ansible_collections.sparkserve.deploy.plugins.module_utils.engines.base import (
+    GIB,
+    SAFETENSORS_LOAD_PROGRESS,
+    Engine,
+)
 
 
 class VLLM(Engine):
@@ -38,6 +42,8 @@ class VLLM(Engine):
         r"NCCL error",
         r"RuntimeError: Engine core initialization failed",
     )
+    # Its safetensors loader's progress bar (one line per shard, redrawn with carriage returns).
+    load_progress_pattern = SAFETENSORS_LOAD_PROGRESS
     # The compile cache (torch.compile, CUDA graphs) and FlashInfer's JIT kernels.
     cache_mounts = (("vllm", "/root/.cache/vllm"), ("flashinfer", "/root/.cache/flashinfer"))
     metric_names = {
