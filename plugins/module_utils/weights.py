@@ -30,6 +30,8 @@ from typing import Any, Optional, Union
 
 MANIFEST_NAME = ".sparkserve-manifest.json"
 CACHE_NAME = ".sparkserve-verify-cache.json"
+# Written by the download program (roles/weights/files) when it starts: {"bytes": the revision's size}.
+DOWNLOAD_NAME = ".sparkserve-download.json"
 PARTIAL_DIR = ".sparkserve-partial"
 OUR_PREFIX = ".sparkserve-"
 HUB_CACHE_DIR = ".cache"
@@ -413,3 +415,38 @@ def relay_depth(upstream: Mapping[str, Optional[str]]) -> dict[str, int]:
 
 def total_size(manifest: Manifest, paths: Iterable[str]) -> int:
     return sum(manifest["files"][p]["size"] for p in paths)
+
+
+def bytes_arrived(root: str) -> int:
+    """Bytes of the revision's content under root so far: whole files, rsync's partial files and the hub
+    client's unfinished downloads (under .cache), not our bookkeeping files or the hub client's metadata."""
+    bookkeeping = {MANIFEST_NAME, CACHE_NAME, DOWNLOAD_NAME}
+    total = 0
+    for folder, _, names in os.walk(root):
+        for name in names:
+            if name in bookkeeping or name.endswith((".lock", ".metadata")):
+                continue
+            try:
+                st = os.lstat(os.path.join(folder, name))
+            except OSError:
+                continue  # renamed or removed while we looked
+            if stat.S_ISREG(st.st_mode):
+                total += st.st_size
+    return total
+
+
+def expected_bytes(root: str) -> Optional[int]:
+    """The revision's size: from its manifest, else from what the download program wrote when it started."""
+    try:
+        manifest = load_manifest(os.path.join(root, MANIFEST_NAME))
+    except (OSError, ValueError):
+        pass
+    else:
+        return total_size(manifest, manifest["files"])
+    try:
+        with open(os.path.join(root, DOWNLOAD_NAME), encoding="utf-8") as handle:
+            size = json.load(handle).get("bytes")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None
+

@@ -28,6 +28,9 @@ description:
     (the upstream's copy is wrong - run M(sparkserve.deploy.weights_verify) there). Content is checked by
     M(sparkserve.deploy.weights_verify) afterwards.
   - The manifest must already be in place (the role copies it first); it is not fetched.
+  - One fetch at a time per folder - a fetch finds what to fetch only once the one still running there (the
+    background job of a run that was interrupted; the role runs this module with C(async)) has ended, under
+    an exclusive lock on C(.sparkserve-fetch.lock) in the folder.
   - In check mode reports what would be fetched and fetches nothing.
 options:
   source:
@@ -101,6 +104,7 @@ seconds:
   type: float
 """
 
+import fcntl
 import os
 import re
 import stat
@@ -113,6 +117,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkserve.deploy.plugins.module_utils.weights import (
     MANIFEST_NAME,
+    OUR_PREFIX,
     PARTIAL_DIR,
     load_manifest,
 )
@@ -123,6 +128,8 @@ NOT_THERE = re.compile(r"(link_stat|change_dir) .*failed: No such file or direct
 RSYNC_PARTIAL = 23
 BROKEN_OFF = {10, 12, 30, 35}  # socket I/O, protocol stream, I/O timeout, daemon connection timeout
 CONNECT_TIMEOUT_S = 30
+# Held while a fetch runs in a folder (bookkeeping: never checked or transferred).
+FETCH_LOCK_NAME = OUR_PREFIX + "fetch.lock"
 
 
 class FetchError(Exception):
@@ -292,6 +299,19 @@ def fetch(source: str, root: str, files: Mapping[str, Mapping[str, Any]], plan: 
     return outcome
 
 
+def plan_or_fail(module: AnsibleModule, root: str) -> dict[str, Any]:
+    """What would be fetched now (changed, fetched, bytes_fetched, seconds), with the plan and the manifest's files."""
+    p = module.params
+    try:
+        manifest = load_manifest(p["manifest"] or os.path.join(root, MANIFEST_NAME))
+        files = manifest["files"]
+        plan = plan_fetch(files, local_sizes(root, list(files)), p["files"])
+    except ValueError as err:
+        module.fail_json(msg=str(err))
+    return {"changed": bool(plan), "fetched": plan, "bytes_fetched": sum(files[f]["size"] for f in plan),
+            "seconds": 0.0, "plan": plan, "files": files}
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -317,17 +337,23 @@ def main() -> None:
         module.fail_json(msg="poll_s and io_timeout_s must be more than 0")
     if not (p["source"].startswith("rsync://") or "::" in p["source"]):
         module.fail_json(msg=f"source {p['source']} is not an rsync daemon address (rsync://HOST:PORT/MODULE/...)")
-    try:
-        manifest = load_manifest(p["manifest"] or os.path.join(root, MANIFEST_NAME))
-        files = manifest["files"]
-        plan = plan_fetch(files, local_sizes(root, list(files)), p["files"])
-    except ValueError as err:
-        module.fail_json(msg=str(err))
-    would = {"fetched": plan, "bytes_fetched": sum(files[f]["size"] for f in plan), "seconds": 0.0}
-    if module.check_mode or not plan:
-        module.exit_json(changed=bool(plan), **would)
+    if module.check_mode:
+        would = plan_or_fail(module, root)
+        del would["plan"], would["files"]
+        module.exit_json(**would)
     try:
         os.makedirs(root, exist_ok=True)
+        lock = open(os.path.join(root, FETCH_LOCK_NAME), "a", encoding="utf-8")
+    except OSError as err:
+        module.fail_json(msg=f"cannot write under {root}: {err}", changed=False, fetched=[], bytes_fetched=0)
+    # A fetch of this folder still running (the background job of a run that was interrupted) ends first;
+    # this one then fetches only what that one left.
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    would = plan_or_fail(module, root)
+    plan, files = would.pop("plan"), would.pop("files")
+    if not plan:
+        module.exit_json(**would)
+    try:
         outcome = fetch(p["source"], root, files, plan, wait_timeout_s=p["wait_timeout_s"], poll_s=p["poll_s"],
                         bwlimit_kib=p["bwlimit_kib"], io_timeout_s=p["io_timeout_s"], retries=p["retries"],
                         rsync=p["rsync"])

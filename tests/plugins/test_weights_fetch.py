@@ -469,3 +469,32 @@ def test_a_relay_chain_passes_files_on_while_receiving(tmp_path: Path, rsync_dae
         assert (c / relpath).read_bytes() == data
     assert c_has_first.is_set()
     assert got["c"][first] < got["b"][last]  # c had the first shard while b was still receiving
+
+
+def test_a_fetch_waits_for_the_one_still_running_in_its_folder(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    import fcntl
+
+    root = tmp_path / "rev"
+    root.mkdir()
+    contents = {"a.bin": b"a" * 10}
+    (root / w.MANIFEST_NAME).write_text(json.dumps(manifest_of(contents)))
+    (root / "a.bin").write_bytes(contents["a.bin"])
+    args = {"source": SOURCE, "path": str(root)}
+    with open(root / wf.FETCH_LOCK_NAME, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        done = threading.Event()
+
+        def fetch_now() -> None:
+            with patch_module_args(args), pytest.raises(SystemExit):
+                wf.main()
+            done.set()
+
+        worker = threading.Thread(target=fetch_now)
+        worker.start()
+        assert not done.wait(0.5), "the fetch went on while another held the folder"
+        fcntl.flock(held, fcntl.LOCK_UN)
+    worker.join(30)
+    assert done.is_set()
+    result = json.loads(capsys.readouterr().out)
+    assert result["changed"] is False and result["fetched"] == []

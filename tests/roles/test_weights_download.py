@@ -117,6 +117,9 @@ def test_download_writes_the_manifest(endpoint: str, model: Path, tmp_path: Path
         assert manifest["files"][rel] == {"size": len(data), "sha256": hashlib.sha256(data).hexdigest(),
                                           "source": source}
     assert not list(dest.glob(download.MANIFEST_NAME + ".*"))  # no temporary file left
+    # The revision's size, written at the start for the progress bar, is the one the project reads.
+    assert json.loads((dest / download.EXPECTED_NAME).read_text()) == {"bytes": total}
+    assert download.EXPECTED_NAME == weights.DOWNLOAD_NAME
 
 
 def test_second_run_downloads_nothing(endpoint: str, tmp_path: Path) -> None:

@@ -55,6 +55,8 @@ from huggingface_hub.utils import (
 )
 
 MANIFEST_NAME = ".sparkserve-manifest.json"
+# The revision's size, written when the download starts (module_utils/weights.py DOWNLOAD_NAME reads it).
+EXPECTED_NAME = ".sparkserve-download.json"
 MANIFEST_FORMAT = 1
 OUR_PREFIX = ".sparkserve-"
 HUB_CACHE_DIR = ".cache"
@@ -284,6 +286,13 @@ def download(options: Options, files: list[RepoFile], stale: dict[str, str]) -> 
                             "first %s: %s" % (len(left), options.repo, options.revision, path, why))
 
 
+def write_expected(dest: Path, files: list[RepoFile]) -> None:
+    """Say the revision's size, so the weights_progress module can show how far the download is."""
+    part = dest / (EXPECTED_NAME + ".part")
+    part.write_text(json.dumps({"bytes": sum(item.size for item in files)}), encoding="utf-8")
+    part.replace(dest / EXPECTED_NAME)
+
+
 def up_to_date(options: Options, files: list[RepoFile], stale: dict[str, str]) -> bool:
     """Every file in place with the right size (git files: content) and the manifest already right."""
     if stale:
@@ -296,6 +305,7 @@ def sync(options: Options) -> tuple[list[RepoFile], bool]:
     """Bring dest to the revision and write the manifest; (files, whether anything was done)."""
     files = fetch_files(HfApi(endpoint=options.endpoint), options)
     options.dest.mkdir(parents=True, exist_ok=True)
+    write_expected(options.dest, files)
     stale = problems(options.dest, files)
     if up_to_date(options, files, stale):
         return files, False
