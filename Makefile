@@ -15,8 +15,11 @@ PYTEST_WORKERS ?= auto
 .PHONY: demo test check setup lab lab-destroy site docs pytest lint lint-yaml lint-ansible lint-python molecule \
 	molecule-default molecule-faults molecule-cluster4
 
-## demo: set this machine up, bring up a 2-node lab, run site.yml on it.
-demo: setup lab site
+## demo: set this machine up, bring up a 2-node lab, bring the deployment up
+## on it with the sparkserve command (site.yml through ansible-runner, shown
+## live), and ask it one real completion.
+demo: setup lab
+	sparkserve up --ask "The capital of France is"
 
 ## test: the whole test suite (what CI runs), then the time table. After setup,
 ## pytest (on one core) and the linters, which need no lab, run beside the

@@ -1,0 +1,1 @@
+"""sparkserve: one command over the deployment playbooks, driven through ansible-runner."""
