@@ -13,6 +13,8 @@ command -v ssh >/dev/null || need_apt+=(openssh-client)
 command -v ip >/dev/null || need_apt+=(iproute2)
 command -v make >/dev/null || need_apt+=(make)
 command -v rsync >/dev/null || need_apt+=(rsync)
+# The test suite runs the sparkserve command in a real terminal.
+command -v tmux >/dev/null || need_apt+=(tmux)
 python3 -c 'import ensurepip, venv' 2>/dev/null || need_apt+=(python3-venv)
 if [ "${#need_apt[@]}" -gt 0 ]; then
   echo "setup: installing Debian packages: ${need_apt[*]}"
