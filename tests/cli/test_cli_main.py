@@ -42,18 +42,6 @@ class FakeRun:
         return RunResult(rc=self.rc, status="successful" if self.rc == 0 else "failed", artifacts=artifacts)
 
 
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    (root / "inventory" / "lab").mkdir(parents=True)
-    (root / "inventory" / "lab" / "cluster.sparks.yml").write_text("plugin: sparkserve.deploy.spark_cluster\n")
-    (root / "ansible.cfg").write_text("[defaults]\n")
-    for playbook, _tags in PLAYBOOKS.values():
-        (root / playbook).parent.mkdir(parents=True, exist_ok=True)
-        (root / playbook).write_text("---\n")
-    return root
-
-
 class Session:
     def __init__(self, project: Path, run: Callable[[dict[str, Any]], RunResult], **extra: Any) -> None:
         self.stdout, self.stderr = io.StringIO(), io.StringIO()

@@ -15,7 +15,7 @@ import pytest
 from ansible_runner.interface import init_runner  # type: ignore[import-untyped]
 
 from sparkserve.cli import build_parser, invocation
-from sparkserve.project import PLAYBOOKS, ROOT, UsageError, default_inventory, keep_runs, resolve_inventory
+from sparkserve.project import ROOT, UsageError, default_inventory, keep_runs, resolve_inventory
 from sparkserve.runner import (
     RUNS_DIR,
     VAULT_PROMPT,
@@ -35,19 +35,6 @@ IDENT = "20261202T100000Z-up"
 
 def keep(_event: dict[str, Any]) -> bool:
     return True
-
-
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    """A project root with the lab's inventory and every verb's playbook."""
-    root = tmp_path / "project"
-    (root / "inventory" / "lab").mkdir(parents=True)
-    (root / "inventory" / "lab" / "cluster.sparks.yml").write_text("plugin: sparkserve.deploy.spark_cluster\n")
-    (root / "ansible.cfg").write_text("[defaults]\nroles_path = roles\n")
-    for playbook, _tags in PLAYBOOKS.values():
-        (root / playbook).parent.mkdir(parents=True, exist_ok=True)
-        (root / playbook).write_text("---\n")
-    return root
 
 
 def parsed(project: Path, *argv: str) -> Invocation:
