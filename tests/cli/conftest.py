@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,3 +22,11 @@ def project(tmp_path: Path) -> Path:
         (root / playbook).parent.mkdir(parents=True, exist_ok=True)
         (root / playbook).write_text("---\n")
     return root
+
+
+@pytest.fixture(autouse=True)
+def interactive_sigint() -> Iterator[None]:
+    """Ctrl-C as in a terminal: a suite started in the background (make test) inherits SIGINT ignored."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
