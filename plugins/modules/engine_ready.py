@@ -519,7 +519,10 @@ def wait_ready(params: dict[str, Any], clock: Callable[[], float] = time.monoton
             stopped, watch_errors, unreached = check_containers(params["containers"], run)
             lost = confirm_lost(unreached, lost_after, run, sleep)
             if progress_pattern is not None and not lost and not stopped:
-                load_progress(params["containers"], progress_pattern, run, loading)
+                # A peer ssh did not reach at this check is not asked for its log (it would wait out the timeout).
+                away = {u["host"] for u in unreached}
+                load_progress([c for c in params["containers"] if not c.get("host") or c["host"] not in away],
+                              progress_pattern, run, loading)
             next_watch = clock() + watch_every_s
             if lost:
                 names = ", ".join(f"{u['host']} (rank {u['rank']}): {u['error']}" for u in lost)

@@ -551,3 +551,15 @@ def test_no_log_is_read_without_a_progress_pattern(serve: Callable[..., str]) ->
                            run=docker)
     assert result["ready"] and result["sparkserve_progress"] == []
     assert all("logs" not in argv for argv in docker.commands)
+
+
+def test_a_peer_ssh_did_not_reach_is_not_asked_for_its_log(serve: Callable[..., str]) -> None:
+    engine = FakeEngine()
+    engine.health = (503, "loading")
+    docker = FakeDockerWithLogs({"d-rank0": {"Running": True}, "d-rank1": "ssh: connect to host spark-2: timed out"},
+                                {"d-rank0": "Loading safetensors checkpoint shards:  50% Completed | 1/2 [00:01]\n"})
+    containers = [{"name": "d-rank0", "host": "", "rank": 0}, {"name": "d-rank1", "host": "spark-2", "rank": 1}]
+    result = er.wait_ready(params(serve(engine), containers=containers, wait_s=0, lost_after_checks=0,
+                                  load_progress_pattern=VLLM_LOAD), run=docker)
+    assert [p["rank"] for p in result["sparkserve_progress"]] == [0]
+    assert not [argv for argv in docker.commands if "spark-2" in argv and "logs" in argv[-1]]
