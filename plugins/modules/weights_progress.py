@@ -170,12 +170,11 @@ def main() -> None:
         module.fail_json(msg=str(err), finished=True)
     report: dict[str, Any] = {"changed": False, "finished": result is not None,
                               "sparkserve_progress": progress(p["path"], p["kind"], p["label"])}
-    if result is None:
-        module.exit_json(**report)
-    report["job"] = pick(result, p["job_keys"])
-    report["changed"] = bool(result.get("changed"))
-    if result.get("failed") and p["fail_on_job_failure"]:
-        module.fail_json(msg=str(result.get("msg") or f"job {p['job_id']} failed"), **report)
+    if result is not None:
+        report["job"] = pick(result, p["job_keys"])
+        report["changed"] = bool(result.get("changed"))
+        if result.get("failed") and p["fail_on_job_failure"]:
+            module.fail_json(msg=str(result.get("msg") or f"job {p['job_id']} failed"), **report)
     module.exit_json(**report)
 
 
