@@ -35,11 +35,18 @@ test:
 	python3 tools/timetable.py print; \
 	test $$lab -eq 0 -a $$checks -eq 0
 
-## check: the fast tier for the inner loop: pytest and every linter, no lab.
+## check: the fast tier for the inner loop: pytest (on every core) and, beside
+## it, every linter; no lab. The linters' output is kept in .cache/lint.log and
+## shown after pytest's.
 check:
 	@python3 tools/timetable.py reset
-	@$(MAKE) --no-print-directory setup pytest lint
-	@python3 tools/timetable.py print
+	@$(MAKE) --no-print-directory setup
+	@$(MAKE) --no-print-directory lint >.cache/lint.log 2>&1 & lint=$$!; \
+	$(MAKE) --no-print-directory pytest; tests=$$?; \
+	wait $$lint; linters=$$?; \
+	echo "--- the linters (.cache/lint.log) ---"; cat .cache/lint.log; \
+	python3 tools/timetable.py print; \
+	test $$tests -eq 0 -a $$linters -eq 0
 
 setup:
 	@$(TIMED) setup -- tools/setup-controller.sh
