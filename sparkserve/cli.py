@@ -251,8 +251,9 @@ def report(args: argparse.Namespace, ctx: Context, model: RunModel, result: RunR
         ctx.stdout.write(json.dumps(document, indent=2, default=str) + "\n")
     elif args.json:
         JsonDisplay(ctx.stdout).write({"summary": summary_json(model, verb, result.rc, code, result.artifacts)})
-    elif verb != "up" and not isinstance(status, Mapping):
-        # What the playbook's debug tasks said: render's command lines, bench's comparison (also on failure).
+    elif verb != "up" and not isinstance(status, Mapping) and not (verb == "logs" and "sparkserve_logs" in model.stats):
+        # What the playbook's debug tasks said: render's command lines, bench's comparison (also on failure);
+        # the logs are shown once, under each rank's header, from the run's stats.
         _write(ctx.stdout, message_lines(model))
 
     if code == EXIT_INTERRUPTED:

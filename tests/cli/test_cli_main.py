@@ -284,3 +284,15 @@ def test_ansible_playbook_that_cannot_start_is_not_called_bad_input(project: Pat
     session = Session(project, run)
     assert session("up") == 1
     assert "not found or was not executable: ansible-playbook" in session.stderr.getvalue()
+
+
+def test_logs_are_shown_once_though_the_playbook_also_printed_them(project: Path) -> None:
+    run = FakeRun("logs", 0)
+    shown = {"event": "runner_on_ok", "created": run.events[0].get("created"),
+             "event_data": {"play": "Rank logs", "task": "Show this rank's last log lines", "host": "spark-1",
+                            "task_action": "ansible.builtin.debug", "role": "engine",
+                            "res": {"msg": ["INFO started server"]}}}
+    run.events = run.events[:-1] + [shown] + run.events[-1:]
+    session = Session(project, run)
+    assert session("logs") == 0
+    assert session.stdout.getvalue().count("INFO started server") == 1
