@@ -83,7 +83,7 @@ def test_verbose_plain_output_echoes_ansible_playbook() -> None:
     display = PlainDisplay(model, out, tz=UTC, echo=True)
     for event in stream("bad_input"):
         display.handle(event, model.feed(event))
-    assert out.getvalue().startswith("[ERROR]: /work/main/inventory/lab/cluster.sparks.yml: 1 problem")
+    assert out.getvalue().startswith("[ERROR]: /srv/sparkserve/inventory/lab/cluster.sparks.yml: 1 problem")
 
 
 def test_json_lines_carry_stage_host_state_task_and_progress() -> None:

@@ -182,7 +182,7 @@ def test_an_unreachable_host() -> None:
 def test_a_run_refused_before_any_play_has_no_stage_and_keeps_its_output() -> None:
     model = model_of("bad_input")
     assert model.stages == [] and model.task_events == 0 and not model.finished
-    assert model.stdout_tail[0].startswith("[ERROR]: /work/main/inventory/lab/cluster.sparks.yml")
+    assert model.stdout_tail[0].startswith("[ERROR]: /srv/sparkserve/inventory/lab/cluster.sparks.yml")
 
 
 @pytest.mark.parametrize(("res", "message"), [

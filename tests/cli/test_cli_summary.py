@@ -29,7 +29,7 @@ from sparkserve.summary import (
     summary_json,
 )
 
-ARTIFACTS = Path("/work/main/artifacts/runs/20261202T100000Z-up")
+ARTIFACTS = Path("/srv/sparkserve/artifacts/runs/20261202T100000Z-up")
 CURL = ("curl -s http://172.30.77.11:8000/v1/completions -H 'Content-Type: application/json' "
         """-d '{"model": "tiny-model", "prompt": "Hello", "max_tokens": 16}'""")
 
@@ -153,7 +153,7 @@ def test_a_launch_failure_shows_the_stat_s_node_rank_message_and_log_tail() -> N
         "    | INFO loading shard 3/8",
         "    | ERROR torch.OutOfMemoryError: CUDA out of memory.",
         "    | INFO engine process exited",
-        "  full logs: /work/main/artifacts/lab-tp2/failures/20261202T100031Z",
+        "  full logs: /srv/sparkserve/artifacts/lab-tp2/failures/20261202T100031Z",
         f"  run artifacts: {ARTIFACTS}",
         "exit 5: launch failure",
     ]
@@ -172,7 +172,7 @@ def test_a_failure_without_a_stat_shows_the_event_s_own() -> None:
 def test_bad_input_before_any_task_shows_ansible_playbook_s_last_lines() -> None:
     lines = failure_lines(model_of("bad_input"), 1, EXIT_BAD_INPUT, ARTIFACTS)
     assert lines[0] == "ansible-playbook stopped (exit 1) before running any task; its last lines:"
-    assert lines[1] == "  [ERROR]: /work/main/inventory/lab/cluster.sparks.yml: 1 problem in the Spark cluster file:"
+    assert lines[1] == "  [ERROR]: /srv/sparkserve/inventory/lab/cluster.sparks.yml: 1 problem in the Spark cluster file:"
     assert lines[2].startswith("  inventory: node spark-2: address 172.30.77.11 is also spark-1's")
     assert lines[-1] == "exit 2: bad input"
 
@@ -196,8 +196,8 @@ def test_logs_have_a_header_per_rank_and_the_follow_command_of_the_chosen_rank()
 
 
 def test_diagnose_names_its_archive() -> None:
-    model = replay([stats(1, {"sparkserve_diagnose": {"archive": "/work/main/artifacts/diagnose/x.tar.gz"}})])
-    assert diagnose_lines(model) == ["diagnostic archive: /work/main/artifacts/diagnose/x.tar.gz"]
+    model = replay([stats(1, {"sparkserve_diagnose": {"archive": "/srv/sparkserve/artifacts/diagnose/x.tar.gz"}})])
+    assert diagnose_lines(model) == ["diagnostic archive: /srv/sparkserve/artifacts/diagnose/x.tar.gz"]
     assert diagnose_lines(replay([stats(1)])) == []
 
 
