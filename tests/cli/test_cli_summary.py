@@ -172,7 +172,8 @@ def test_a_failure_without_a_stat_shows_the_event_s_own() -> None:
 def test_bad_input_before_any_task_shows_ansible_playbook_s_last_lines() -> None:
     lines = failure_lines(model_of("bad_input"), 1, EXIT_BAD_INPUT, ARTIFACTS)
     assert lines[0] == "ansible-playbook stopped (exit 1) before running any task; its last lines:"
-    assert lines[1] == "  [ERROR]: /srv/sparkserve/inventory/lab/cluster.sparks.yml: 1 problem in the Spark cluster file:"
+    assert lines[1] == ("  [ERROR]: /srv/sparkserve/inventory/lab/cluster.sparks.yml: "
+                        "1 problem in the Spark cluster file:")
     assert lines[2].startswith("  inventory: node spark-2: address 172.30.77.11 is also spark-1's")
     assert lines[-1] == "exit 2: bad input"
 
