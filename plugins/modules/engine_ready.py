@@ -18,6 +18,9 @@ description:
     with RV(stage=rank_stopped) and RV(stopped) (without failing, so the caller can say why). A peer
     whose ssh has not connected at O(lost_after_checks) checks in a row ends the call with
     RV(stage=node_lost) and RV(lost), as a node that stopped answering.
+  - A rank the kernel's out-of-memory killer ended (C(docker inspect) shows C(OOMKilled)) is reported as
+    killed by its container's memory cap, named (O(containers[].memory_limit)), or by the kernel's
+    out-of-memory killer when it has no cap.
   - Does not fail because the engine is not ready yet; it returns RV(ready=false) and the caller loops
     (C(until), C(retries)). Connection refused counts as "not up yet".
   - Fails when the engine is known dead. vLLM keeps answering C(/v1/models) with 200 after its engine
@@ -97,6 +100,12 @@ options:
         description: The rank it runs, for the report.
         type: int
         default: 0
+      memory_limit:
+        description:
+          - The container's memory cap as the recipe gives it (C(launch.memory_limit), for example C(110g)),
+            named in the report of a rank the kernel's out-of-memory killer ended. Empty when it has none.
+        type: str
+        default: ""
   watch_every_s:
     description: Seconds between two checks of O(containers).
     type: float
@@ -148,7 +157,11 @@ stage:
   type: str
   sample: models
 stopped:
-  description: The watched containers found stopped (C(rank), C(host), C(name), C(state), C(exit_code)).
+  description:
+    - The watched containers found stopped (C(rank), C(host), C(name), C(state), C(exit_code)).
+    - One the kernel's out-of-memory killer ended has C(oom_killed=true), its C(memory_limit) (empty when it
+      has none) and C(reason), what happened and what to do, for example that it was killed by its memory
+      cap (C(110g)) during the load and what to lower or raise.
   returned: always
   type: list
   elements: dict
@@ -404,6 +417,23 @@ def container_argv(container: dict[str, Any]) -> list[str]:
             " ".join(shlex.quote(word) for word in inspect)]
 
 
+def oom_reason(memory_limit: str) -> str:
+    """What happened to a rank the kernel's out-of-memory killer ended, and what to do, after "rank N on HOST"."""
+    if memory_limit:
+        return (f"was killed by its memory cap ({memory_limit}) during the load: lower the engine's memory use "
+                "(kv cache, max-model-len) or raise launch.memory_limit")
+    return ("was killed by the kernel's out-of-memory killer during the load: lower the engine's memory use "
+            "(kv cache, max-model-len) or free the node's memory")
+
+
+def stopped_line(stopped: dict[str, Any]) -> str:
+    """One stopped rank, for RV(detail)."""
+    if stopped.get("oom_killed"):
+        return f"rank {stopped['rank']} on {stopped['host'] or 'this node'} (container {stopped['name']}) " + \
+            stopped["reason"]
+    return f"rank {stopped['rank']} ({stopped['name']}) {stopped['state']}"
+
+
 def check_containers(containers: list[dict[str, Any]], run: Runner
                      ) -> tuple[list[dict[str, Any]], list[str], list[dict[str, Any]]]:
     """The watched containers that have stopped, the checks that failed, and the peers ssh could not reach."""
@@ -420,8 +450,13 @@ def check_containers(containers: list[dict[str, Any]], run: Runner
             except (ValueError, IndexError):
                 errors.append(f"{where}: docker inspect {container['name']} gave {short(output)!r}")
                 continue
-            if not state.get("Running"):
-                stopped.append(dict(report, state="exited", exit_code=state.get("ExitCode")))
+            if state.get("Running"):
+                continue
+            exited = dict(report, state="exited", exit_code=state.get("ExitCode"))
+            if state.get("OOMKilled"):
+                limit = str(container.get("memory_limit") or "").strip()
+                exited.update(oom_killed=True, memory_limit=limit, reason=oom_reason(limit))
+            stopped.append(exited)
         elif "No such" in output:
             stopped.append(dict(report, state="gone", exit_code=None))
         else:
@@ -531,7 +566,8 @@ def wait_ready(params: dict[str, Any], clock: Callable[[], float] = time.monoton
                                  "elapsed_s": round(clock() - start, 2), "models": models, "stopped": stopped,
                                  "lost": lost, "watch_errors": watch_errors})
             if stopped:
-                names = ", ".join(f"rank {s['rank']} ({s['name']}) {s['state']}" for s in stopped)
+                # An out-of-memory reason has commas of its own: such ranks are set apart by semicolons.
+                names = ("; " if any(s.get("oom_killed") for s in stopped) else ", ").join(map(stopped_line, stopped))
                 return reported({"ready": False, "stage": "rank_stopped", "detail": f"stopped before ready: {names}",
                                  "elapsed_s": round(clock() - start, 2), "models": models, "stopped": stopped,
                                  "lost": [], "watch_errors": watch_errors})
@@ -572,6 +608,7 @@ def main() -> None:
                 "name": {"type": "str", "required": True},
                 "host": {"type": "str", "default": ""},
                 "rank": {"type": "int", "default": 0},
+                "memory_limit": {"type": "str", "default": ""},
             }},
             "watch_every_s": {"type": "float", "default": 10},
             "lost_after_checks": {"type": "int", "default": 3},

@@ -200,6 +200,31 @@ def test_a_held_load_ends_when_the_engine_stops(tmp_path: Path) -> None:
         app.load_weights(cli.parse_args(["serve", "/m", "--load-format", "dummy"]), knobs, Logger(0), stop)
 
 
+def test_a_load_allocates_and_touches_the_memory_its_knob_asks() -> None:
+    knobs = read_knobs({"VLLM_DOUBLE_LOAD_ALLOC_MIB": "2.5"})
+    assert knobs.load_alloc_mib == 2.5 and Knobs().load_alloc_mib == 0
+    lines: list[str] = []
+    held = app.allocate_during_load(knobs.load_alloc_mib, lines.append, threading.Event(), chunk_mib=1)
+    assert [len(chunk) for chunk in held] == [weights.MIB, weights.MIB, weights.MIB // 2], "in chunks, the rest last"
+    assert all(chunk[i] == 1 for chunk in held for i in range(0, len(chunk), app.PAGE_BYTES)), "every page written"
+    assert lines[0] == "allocating 2.5 MiB during the load (VLLM_DOUBLE_LOAD_ALLOC_MIB)"
+    assert app.allocate_during_load(0, lines.append, threading.Event()) == [] and len(lines) == 2, "0 takes none"
+    with pytest.raises(KnobError, match="VLLM_DOUBLE_LOAD_ALLOC_MIB"):
+        read_knobs({"VLLM_DOUBLE_LOAD_ALLOC_MIB": "-1"})
+
+
+def test_the_load_holds_its_memory_until_it_ends(capsys: pytest.CaptureFixture[str]) -> None:
+    knobs = read_knobs({"VLLM_DOUBLE_LOAD_ALLOC_MIB": "1"})
+    app.load_weights(cli.parse_args(["serve", "/m", "--load-format", "dummy"]), knobs, Logger(0), threading.Event())
+    out = capsys.readouterr().out
+    assert out.index("allocating 1 MiB during the load (VLLM_DOUBLE_LOAD_ALLOC_MIB)") < out.index(
+        "load format dummy") < out.index("the load is over: 1 MiB allocated for it released")
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(weights.LoadInterrupted):
+        app.load_weights(cli.parse_args(["serve", "/m", "--load-format", "dummy"]), knobs, Logger(0), stop)
+
+
 # --- weights ---------------------------------------------------------------
 
 

@@ -6,6 +6,7 @@ import configparser
 import ipaddress
 import json
 import os
+import stat
 import subprocess
 import sys
 import threading
@@ -42,7 +43,7 @@ class FakeIp:
     """A tiny stateful stand-in for iproute2, enough for the rename logic."""
 
     def __init__(self, links: dict[str, list[str]], routes: list[dict[str, Any]]) -> None:
-        self.links = {name: {"addrs": addrs, "up": True} for name, addrs in links.items()}
+        self.links: dict[str, dict[str, Any]] = {name: {"addrs": addrs, "up": True} for name, addrs in links.items()}
         self.routes = routes
         self.calls: list[list[str]] = []
 
@@ -60,9 +61,14 @@ class FakeIp:
                     {"ifname": name, "addr_info": [
                         {"family": "inet", "local": a.split("/")[0], "prefixlen": int(a.split("/")[1])}
                         for a in link["addrs"]
-                    ]}
+                    ]} if link["addrs"] else {}  # iproute2 prints {} for a link -4 filters out
                     for name, link in self.links.items()
                 ])
+            case ["-4", "addr", "del", address, "dev", dev]:
+                if address not in self.links[dev]["addrs"]:
+                    raise hw.HwError("RTNETLINK answers: Cannot assign requested address")
+                self.links[dev]["addrs"].remove(address)
+                return ""
             case ["-j", "link", "show"]:
                 return json.dumps([{"ifname": name} for name in self.links])
             case ["-j", "route", "show", "default"]:
@@ -94,9 +100,10 @@ class FakeIp:
 
 
 def spec(name: str, subnet: str, device: str | None = None, gid_index: int = 3,
-         port_state: str = "ACTIVE") -> Any:
+         port_state: str = "ACTIVE", address: str | None = None, flush: bool = False) -> Any:
     rdma = hw.RdmaSpec(device, gid_index, port_state) if device else None
-    return hw.InterfaceSpec(name, ipaddress.IPv4Network(subnet), rdma)
+    return hw.InterfaceSpec(name, ipaddress.IPv4Network(subnet), rdma,
+                            ipaddress.IPv4Address(address) if address else None, flush)
 
 
 SPARK_SPECS = [
@@ -172,12 +179,202 @@ def test_wait_for_subnets_polls_until_addresses_appear() -> None:
         if len(sleeps) == 2:
             ip.links["eth0"]["addrs"] = ["10.77.1.11/24"]
 
-    found = hw.wait_for_subnets(ip, [ipaddress.IPv4Network("10.77.1.0/24")], 60, sleep)
+    found = hw.wait_for_subnets(ip, [SPARK_SPECS[1]], 60, sleep)
     assert len(sleeps) == 2
     assert found["eth0"] == [ipaddress.IPv4Interface("10.77.1.11/24")]
     ip.links["eth0"]["addrs"] = []
-    hw.wait_for_subnets(ip, [ipaddress.IPv4Network("10.77.1.0/24")], 0, sleep)
+    hw.wait_for_subnets(ip, [SPARK_SPECS[1]], 0, sleep)
     assert len(sleeps) == 2  # no time left: one look, no sleep
+
+
+def test_wait_for_subnets_counts_a_named_interface_without_address_as_found() -> None:
+    ip = FakeIp({"enP7s7": ["172.30.77.11/24"], "enp1s0f1np1": [], "enP2p1s0f1np1": []}, [])
+
+    def sleep(seconds: float) -> None:
+        raise AssertionError("waited although every interface is there")
+
+    found = hw.wait_for_subnets(ip, SPARK_SPECS, 60, sleep)
+    assert found == {"enP7s7": [ipaddress.IPv4Interface("172.30.77.11/24")]}
+    # links are read only when a subnet has no holder
+    every_holder = FakeIp({"enP7s7": ["172.30.77.11/24"]}, [])
+    hw.wait_for_subnets(every_holder, SPARK_SPECS[:1], 60, sleep)
+    assert every_holder.calls == [["ip", "-j", "-4", "addr", "show"]]
+
+
+# ---------------------------------------------------------------- flush
+
+
+FLUSH_SPECS = [
+    spec("enP7s7", "172.30.77.0/24"),
+    spec("enp1s0f1np1", "10.77.1.0/24", "rocep1s0f1", address="10.77.1.11", flush=True),
+    spec("enP2p1s0f1np1", "10.77.2.0/24", "roceP2p1s0f1", 4, address="10.77.2.11", flush=True),
+]
+
+
+def test_flush_removes_only_the_in_subnet_addresses_of_flush_entries() -> None:
+    ip = FakeIp({"enP7s7": ["172.30.77.11/24"],
+                 "enp1s0f1np1": ["10.77.1.11/24", "192.0.2.5/24", "10.77.1.99/24"],
+                 "enP2p1s0f1np1": ["10.77.2.11/24"]}, [])
+    renamed = {"enP7s7", "enp1s0f1np1", "enP2p1s0f1np1"}
+    flushed = hw.flush_addresses(FLUSH_SPECS, hw.ipv4_addresses(ip), renamed, ip)
+    assert flushed == ["enp1s0f1np1", "enP2p1s0f1np1"]
+    assert ip.mutations == [
+        ["ip", "-4", "addr", "del", "10.77.1.11/24", "dev", "enp1s0f1np1"],
+        ["ip", "-4", "addr", "del", "10.77.1.99/24", "dev", "enp1s0f1np1"],
+        ["ip", "-4", "addr", "del", "10.77.2.11/24", "dev", "enP2p1s0f1np1"],
+    ]
+    assert ip.links["enP7s7"]["addrs"] == ["172.30.77.11/24"]  # not a flush entry
+    assert ip.links["enp1s0f1np1"]["addrs"] == ["192.0.2.5/24"]  # outside its subnet
+    assert ip.links["enp1s0f1np1"]["up"]  # the link stays up
+    ip.calls.clear()
+    assert hw.flush_addresses(FLUSH_SPECS, hw.ipv4_addresses(ip), renamed, ip) == []
+    assert ip.mutations == []
+
+
+def test_flush_leaves_an_interface_that_was_already_named() -> None:
+    # Named before this run: its address is the one the fabric role gave it.
+    ip = FakeIp({"enP7s7": ["172.30.77.11/24"], "enp1s0f1np1": ["10.77.1.11/24"],
+                 "enP2p1s0f1np1": ["10.77.2.11/24"]}, [])
+    assert hw.flush_addresses(FLUSH_SPECS, hw.ipv4_addresses(ip), {"enP2p1s0f1np1"}, ip) == ["enP2p1s0f1np1"]
+    assert ip.mutations == [["ip", "-4", "addr", "del", "10.77.2.11/24", "dev", "enP2p1s0f1np1"]]
+    assert ip.links["enp1s0f1np1"]["addrs"] == ["10.77.1.11/24"]
+
+
+def test_rename_after_flush_finds_named_interfaces_without_addresses() -> None:
+    ip = FakeIp({"enP7s7": ["172.30.77.11/24"], "enp1s0f1np1": [], "enP2p1s0f1np1": []}, [])
+    assert hw.rename_interfaces(FLUSH_SPECS, ip) == []
+    assert ip.mutations == []
+    # the fabric role gave one its address back: still nothing to do
+    ip.links["enp1s0f1np1"]["addrs"] = ["10.77.1.11/24"]
+    assert hw.rename_interfaces(FLUSH_SPECS, ip) == []
+    assert ip.mutations == []
+
+
+def test_gid_uses_the_configured_address_when_flushed() -> None:
+    config = hw.parse_config({"interfaces": [
+        {"name": "enp1s0f1np1", "subnet": "10.77.1.0/24", "address": "10.77.1.11", "flush": True,
+         "rdma": {"device": "rocep1s0f1"}},
+        {"name": "enP2p1s0f1np1", "subnet": "10.77.2.0/24", "address": "10.77.2.11",
+         "rdma": {"device": "roceP2p1s0f1"}}]})
+    live = {"enP2p1s0f1np1": [ipaddress.IPv4Interface("10.77.2.42/24")]}
+    assert hw.rdma_addresses(config, live) == {
+        "enp1s0f1np1": ipaddress.IPv4Address("10.77.1.11"),  # flushed: the configured one
+        "enP2p1s0f1np1": ipaddress.IPv4Address("10.77.2.42"),  # live beats configured
+    }
+    bare = hw.parse_config({"interfaces": [
+        {"name": "enp1s0f1np1", "subnet": "10.77.1.0/24", "rdma": {"device": "rocep1s0f1"}}]})
+    with pytest.raises(hw.HwError, match=r"no IPv4 address in 10\.77\.1\.0/24 and none is configured"):
+        hw.rdma_addresses(bare, {})
+
+
+def test_address_outside_the_subnet_is_an_error() -> None:
+    with pytest.raises(hw.HwError, match=r"address 10\.77\.2\.11 is not inside its subnet 10\.77\.1\.0/24"):
+        hw.parse_config({"interfaces": [{"name": "e", "subnet": "10.77.1.0/24", "address": "10.77.2.11"}]})
+    with pytest.raises(hw.HwError, match="bad address"):
+        hw.parse_config({"interfaces": [{"name": "e", "subnet": "10.77.1.0/24", "address": "10.77.1.300"}]})
+    with pytest.raises(hw.HwError, match="flush must be true or false"):
+        hw.parse_config({"interfaces": [{"name": "e", "subnet": "10.77.1.0/24", "flush": "yes"}]})
+    config = hw.parse_config({"interfaces": [
+        {"name": "e", "subnet": "10.77.1.0/24", "address": "10.77.1.11", "flush": True}]})
+    assert config.interfaces[0].address == ipaddress.IPv4Address("10.77.1.11")
+    assert config.interfaces[0].flush
+
+
+# ---------------------------------------------------------------- device nodes
+
+
+class FakeDev:
+    """Records mknod calls, leaves a regular file as a stand-in, and stats it as the device made."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int, int, int]] = []
+        self.made: dict[Path, tuple[int, int, int]] = {}
+
+    def mknod(self, path: Path, mode: int, major: int, minor: int) -> None:
+        assert not path.exists(), f"{path} not removed before mknod"
+        self.calls.append((path.name, mode, major, minor))
+        path.write_text("")
+        self.made[path] = (mode, major, minor)
+
+    def stat(self, path: Path) -> os.stat_result:
+        if path not in self.made:
+            return os.lstat(path)
+        mode, major, minor = self.made[path]
+        return os.stat_result((stat.S_IFCHR | mode, 0, 0, 1, 0, 0, 0, 0, 0, 0),
+                              {"st_rdev": os.makedev(major, minor)})
+
+
+def test_dev_nodes_are_made_with_the_mlx5_numbers(tmp_path: Path) -> None:
+    dev = FakeDev()
+    root = tmp_path / "dev/infiniband"
+    made = hw.write_dev_nodes(root, SPARK_SPECS, dev.mknod, dev.stat)
+    assert made == [root / "uverbs0", root / "uverbs1", root / "rdma_cm"]
+    assert dev.calls == [("uverbs0", 0o666, 231, 192), ("uverbs1", 0o666, 231, 193), ("rdma_cm", 0o666, 10, 58)]
+    dev.calls.clear()
+    assert hw.write_dev_nodes(root, SPARK_SPECS, dev.mknod, dev.stat) == []
+    assert dev.calls == []
+
+
+def test_wrong_dev_nodes_are_replaced_and_others_left_alone(tmp_path: Path) -> None:
+    dev = FakeDev()
+    root = tmp_path / "infiniband"
+    root.mkdir()
+    (root / "uverbs0").write_text("a regular file\n")
+    (root / "uverbs1").write_text("")
+    dev.made[root / "uverbs1"] = (0o666, 231, 199)  # a character device with the wrong minor
+    (root / "rdma_cm").mkdir()
+    (root / "umad0").write_text("not ours\n")
+    hw.write_dev_nodes(root, SPARK_SPECS, dev.mknod, dev.stat)
+    assert dev.calls == [("uverbs0", 0o666, 231, 192), ("uverbs1", 0o666, 231, 193), ("rdma_cm", 0o666, 10, 58)]
+    assert sorted(p.name for p in root.iterdir()) == ["rdma_cm", "umad0", "uverbs0", "uverbs1"]
+    assert read(root / "umad0") == "not ours\n"
+
+
+def test_default_mknod_makes_a_root_owned_character_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[str, Any]] = []
+    monkeypatch.setattr(hw.os, "mknod", lambda path, mode, device: calls.append(("mknod", (path, mode, device))))
+    monkeypatch.setattr(hw.os, "chown", lambda path, uid, gid: calls.append(("chown", (path, uid, gid))))
+    monkeypatch.setattr(hw.os, "chmod", lambda path, mode: calls.append(("chmod", (path, mode))))
+    node = Path("/dev/infiniband/uverbs1")
+    hw.mknod_char(node, 0o666, 231, 193)
+    assert calls == [("mknod", (node, stat.S_IFCHR | 0o666, os.makedev(231, 193))),
+                     ("chown", (node, 0, 0)), ("chmod", (node, 0o666))]  # chmod: the umask aside
+
+
+# ---------------------------------------------------------------- drop_caches
+
+
+class Recorder:
+    """A Runner that records the commands and returns no output."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv: Sequence[str]) -> str:
+        self.calls.append(list(argv))
+        return ""
+
+
+def test_drop_caches_made_writable_with_a_bind_mount(tmp_path: Path) -> None:
+    path = tmp_path / "drop_caches"
+    run = Recorder()
+    assert hw.make_drop_caches_writable(run, path, lambda p, mode: False)
+    assert run.calls == [["mount", "--bind", str(path), str(path)], ["mount", "-o", "remount,bind,rw", str(path)]]
+
+
+def test_writable_drop_caches_is_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "drop_caches"
+    path.write_text("")
+    run = Recorder()
+    checked: list[tuple[Path, int]] = []
+
+    def access(p: Path, mode: int) -> bool:
+        checked.append((p, mode))
+        return os.access(p, mode)
+
+    assert not hw.make_drop_caches_writable(run, path, access)
+    assert run.calls == []
+    assert checked == [(path, os.W_OK)]
 
 
 # ---------------------------------------------------------------- GID table
@@ -387,6 +584,57 @@ def test_parse_config_defaults_and_errors(tmp_path: Path) -> None:
         hw.parse_config({"interfaces": [{"name": "a", "subnet": "10.0.0.0/8"}] * 2})
 
 
+def test_apply_flushes_makes_devices_and_drop_caches_then_a_rerun_changes_nothing(
+    tmp_path: Path, net_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    raw = node_json(tmp_path)
+    raw["interfaces"][1].update(address="10.77.1.11", flush=True)
+    raw.update(rdma_dev_root=str(tmp_path / "dev/infiniband"), writable_drop_caches=True)
+    config = hw.parse_config(raw)
+    ip = FakeIp({"host0": ["172.30.77.11/24"], "eth1": ["10.77.1.11/24"]}, [dict(DEFAULT_ROUTE, dev="host0")])
+    mounts: list[list[str]] = []
+    writable = {"now": False}
+
+    def run(argv: Sequence[str]) -> str:
+        if argv[0] == "mount":
+            mounts.append(list(argv))
+            writable["now"] = True
+            return ""
+        return ip(argv)
+
+    dev = FakeDev()
+    drop_caches = tmp_path / "drop_caches"
+    options = {"mknod": dev.mknod, "read_stat": dev.stat, "drop_caches": drop_caches,
+               "access": lambda p, mode: writable["now"]}
+    hw.apply(config, run, net_root, **options)
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        "renamed host0 -> enP7s7",
+        "renamed eth1 -> enp1s0f1np1",
+        f"wrote {tmp_path / 'ib/rocep1s0f1'}",
+        "flushed enp1s0f1np1 (the fabric role gives it its address)",
+        f"created {tmp_path / 'dev/infiniband/uverbs0'}",
+        f"created {tmp_path / 'dev/infiniband/rdma_cm'}",
+        f"made {drop_caches} writable",
+    ]
+    assert ip.links["enp1s0f1np1"] == {"addrs": [], "up": True}
+    assert ip.links["enP7s7"]["addrs"] == ["172.30.77.11/24"]
+    assert len(mounts) == 2
+    gid = tmp_path / "ib/rocep1s0f1/ports/1/gids/3"
+    assert read(gid) == MAPPED_10_77_1_11 + "\n"
+
+    ip.calls.clear()
+    hw.apply(config, run, net_root, **options)
+    assert capsys.readouterr().out.splitlines() == [f"wrote {tmp_path / 'ib/rocep1s0f1'}"]
+    assert ip.mutations == []
+    # The fabric role gave the twin its address: a re-run keeps it.
+    ip.links["enp1s0f1np1"]["addrs"] = ["10.77.1.11/24"]
+    hw.apply(config, run, net_root, **options)
+    assert ip.mutations == [] and ip.links["enp1s0f1np1"]["addrs"] == ["10.77.1.11/24"]
+    assert len(mounts) == 2 and len(dev.calls) == 2
+    assert read(gid) == MAPPED_10_77_1_11 + "\n"  # from the configured address now
+
+
 def test_apply_renames_then_writes_gids_from_live_addresses(tmp_path: Path, net_root: Path) -> None:
     config = hw.parse_config(node_json(tmp_path, gid_index=4))
     ip = FakeIp({"host0": ["172.30.77.11/24"], "eth1": ["10.77.1.11/24", "192.0.2.5/24"]},
@@ -456,7 +704,12 @@ def test_unit_file_and_enablement_symlink() -> None:
     assert unit["Service"]["Type"] == "oneshot"
     assert unit["Service"]["RemainAfterExit"] == "yes"
     assert unit["Service"]["ExecStart"] == "/usr/local/sbin/sparkserve-lab-hw"
-    assert set(unit["Unit"]["Before"].split()) >= {"ssh.service", "docker.service"}
+    lines = UNIT.read_text(encoding="utf-8").splitlines()
+    before = {u for line in lines if line.startswith("Before=") for u in line.removeprefix("Before=").split()}
+    wants = {u for line in lines if line.startswith("Wants=") for u in line.removeprefix("Wants=").split()}
+    # before sshd and dockerd, and before systemd-networkd, which must find the twins named and flushed
+    assert before >= {"ssh.service", "docker.service", "systemd-networkd.service", "network-pre.target"}
+    assert "network-pre.target" in wants
     assert unit["Unit"]["ConditionPathExists"] == "/etc/sparkserve-lab/node.json"
     assert unit["Install"]["WantedBy"] == "multi-user.target"
     assert WANTS.is_symlink()

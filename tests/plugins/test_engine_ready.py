@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -390,6 +391,64 @@ def test_a_stopped_worker_ends_the_wait_with_who_and_how(serve: Callable[..., st
     assert docker.commands[0][:2] == ["docker", "inspect"]
     assert docker.commands[1][0] == "ssh" and "spark-2" in docker.commands[1]
     assert engine.count == {}, "no HTTP probe once a rank is known stopped"
+
+
+MEMORY_HINT = "lower the engine's memory use (kv cache, max-model-len)"
+
+
+def test_a_rank_killed_by_its_memory_cap_is_told_by_name(serve: Callable[..., str]) -> None:
+    engine = FakeEngine()
+    docker = FakeDocker({"d-rank0": {"Running": True, "ExitCode": 0},
+                         "d-rank1": {"Status": "exited", "Running": False, "OOMKilled": True, "ExitCode": 137}})
+    containers = [{"name": "d-rank0", "host": "", "rank": 0, "memory_limit": "110g"},
+                  {"name": "d-rank1", "host": "spark-2", "rank": 1, "memory_limit": "110g"}]
+    result = er.wait_ready(params(serve(engine), containers=containers), run=docker)
+    assert result["stage"] == "rank_stopped" and not result["ready"]
+    reason = f"was killed by its memory cap (110g) during the load: {MEMORY_HINT} or raise launch.memory_limit"
+    assert result["stopped"] == [{"rank": 1, "host": "spark-2", "name": "d-rank1", "state": "exited", "exit_code": 137,
+                                  "oom_killed": True, "memory_limit": "110g", "reason": reason}]
+    assert result["detail"] == f"stopped before ready: rank 1 on spark-2 (container d-rank1) {reason}"
+    assert engine.count == {}, "no HTTP probe once a rank is known stopped"
+
+
+def test_a_rank_the_oom_killer_ended_without_a_cap_is_told_so(serve: Callable[..., str]) -> None:
+    docker = FakeDocker({"d-rank0": {"Running": False, "OOMKilled": True, "ExitCode": 137},
+                         "d-rank1": {"Running": False, "OOMKilled": False, "ExitCode": 1}})
+    containers = [{"name": "d-rank0", "host": "", "rank": 0, "memory_limit": ""},
+                  {"name": "d-rank1", "host": "spark-2", "rank": 1, "memory_limit": None}]
+    result = er.wait_ready(params(serve(FakeEngine()), containers=containers), run=docker)
+    oom, plain = result["stopped"]
+    assert oom["oom_killed"] is True and oom["memory_limit"] == ""
+    assert oom["reason"] == (f"was killed by the kernel's out-of-memory killer during the load: {MEMORY_HINT} "
+                             "or free the node's memory")
+    assert "memory cap" not in oom["reason"]
+    assert plain == {"rank": 1, "host": "spark-2", "name": "d-rank1", "state": "exited", "exit_code": 1}, \
+        "a plain exit is told as before, its memory cap or not"
+    assert result["detail"] == (f"stopped before ready: rank 0 on this node (container d-rank0) {oom['reason']}; "
+                                "rank 1 (d-rank1) exited")
+
+
+def test_a_plain_exit_with_a_memory_cap_is_told_as_before(serve: Callable[..., str]) -> None:
+    docker = FakeDocker({"d-rank1": {"Running": False, "OOMKilled": False, "ExitCode": 137}})
+    containers = [{"name": "d-rank1", "host": "spark-2", "rank": 1, "memory_limit": "110g"}]
+    result = er.wait_ready(params(serve(FakeEngine()), containers=containers), run=docker)
+    assert result["stopped"] == [{"rank": 1, "host": "spark-2", "name": "d-rank1", "state": "exited", "exit_code": 137}]
+    assert result["detail"] == "stopped before ready: rank 1 (d-rank1) exited"
+
+
+def test_main_takes_each_containers_memory_limit(capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    docker = FakeDocker({"d-rank1": {"Running": False, "OOMKilled": True, "ExitCode": 137}})
+
+    def run(argv: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
+        status, output = docker(argv)
+        return subprocess.CompletedProcess(argv, status, output, "")
+    monkeypatch.setattr(er.subprocess, "run", run)
+    args = params("http://127.0.0.1:9", containers=[{"name": "d-rank1", "host": "spark-2", "rank": 1,
+                                                     "memory_limit": "110g"}, {"name": "d-rank0"}])
+    result = run_main(args, capsys)
+    assert "failed" not in result and result["stage"] == "rank_stopped"
+    assert result["stopped"][0]["memory_limit"] == "110g" and "memory cap (110g)" in result["detail"]
 
 
 def test_a_gone_container_is_stopped_and_an_unreachable_peer_is_not(serve: Callable[..., str]) -> None:

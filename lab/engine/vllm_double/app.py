@@ -10,6 +10,7 @@ for the ``sglang.launch_server`` shim beside this package.
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import signal
 import sys
@@ -98,10 +99,37 @@ def _draft_folder(args: ServeArgs) -> Path | None:
 
 # How often a held load looks for its file (VLLM_DOUBLE_LOAD_HOLD_FILE).
 HOLD_POLL_S = 0.2
+# The load's memory (VLLM_DOUBLE_LOAD_ALLOC_MIB) is taken in pieces this large, so a container's memory cap
+# kills the rank part way through, as it kills an engine that outgrows it.
+ALLOC_CHUNK_MIB = 16.0
+PAGE_BYTES = mmap.PAGESIZE
+
+
+def allocate_during_load(mib: float, log: Callable[[str], None], stop: threading.Event,
+                         chunk_mib: float = ALLOC_CHUNK_MIB) -> list[bytearray]:
+    """Allocate `mib` MiB in chunks and write every page of them, so the rank's resident memory really grows;
+    the caller keeps the chunks referenced until its load ends. Raises LoadInterrupted when asked to stop."""
+    total = int(mib * MIB)
+    if total <= 0:
+        return []
+    log("allocating %g MiB during the load (VLLM_DOUBLE_LOAD_ALLOC_MIB)" % mib)
+    step = max(int(chunk_mib * MIB), PAGE_BYTES)
+    held: list[bytearray] = []
+    for start in range(0, total, step):
+        if stop.is_set():
+            raise LoadInterrupted()
+        chunk = bytearray(min(step, total - start))
+        # One byte written in every page: each page is the rank's own, resident, not the kernel's shared zero page.
+        chunk[::PAGE_BYTES] = b"\x01" * len(range(0, len(chunk), PAGE_BYTES))
+        held.append(chunk)
+    log("holding %g MiB until the load ends" % (total / MIB))
+    return held
 
 
 def load_weights(args: ServeArgs, knobs: Knobs, log: Logger, stop: threading.Event) -> str:
-    """Read this rank's weights (and draft weights), then the init delay; a one-line summary."""
+    """Take the load's memory, read this rank's weights (and draft weights), then the init delay; a one-line
+    summary. The memory is held until the load ends."""
+    held = allocate_during_load(knobs.load_alloc_mib, log.info, stop)
     if args.load_format == "dummy":
         log.info("load format dummy: weights are not read")
         summary = "no shards (dummy load format)"
@@ -125,6 +153,8 @@ def load_weights(args: ServeArgs, knobs: Knobs, log: Logger, stop: threading.Eve
             if stop.wait(HOLD_POLL_S):
                 raise LoadInterrupted()
         log.info("%s is there: engine init goes on" % knobs.load_hold_file)
+    if held:
+        log.info("the load is over: %g MiB allocated for it released" % (sum(len(chunk) for chunk in held) / MIB))
     return summary
 
 
