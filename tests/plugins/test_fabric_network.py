@@ -18,6 +18,7 @@ import pytest
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.sparkserve.deploy.plugins.modules import fabric_network as fn
+from tests.tree import snapshot
 
 # Each test may run a module's main(): as on a node (see tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("as_module")
@@ -131,17 +132,6 @@ def node_root(tmp_path: Path) -> Path:
     put(root, CLOUD_INIT, CLOUD_INIT_TEXT, 0o600)
     put(root, MGMT, MGMT_TEXT)
     return root
-
-
-def snapshot(root: Path) -> dict[str, tuple[Any, ...]]:
-    """Every path under root: its kind, mode, inode, mtime and content."""
-    found: dict[str, tuple[Any, ...]] = {}
-    for path in sorted(root.rglob("*")):
-        st = os.lstat(path)
-        content = path.read_bytes() if stat.S_ISREG(st.st_mode) else None
-        found[str(path.relative_to(root))] = (stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode), st.st_ino,
-                                              st.st_mtime_ns, content)
-    return found
 
 
 def mode_of(root: Path, path: str) -> int:

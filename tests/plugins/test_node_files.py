@@ -16,6 +16,7 @@ import pytest
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.sparkserve.deploy.plugins.modules import node_files as nf
+from tests.tree import snapshot
 
 # Each test may run a module's main(): as on a node (see tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("as_module")
@@ -38,17 +39,6 @@ def shown(result: dict[str, Any]) -> str:
 
 def mode_of(path: Path) -> int:
     return stat.S_IMODE(os.lstat(path).st_mode)
-
-
-def snapshot(root: Path) -> dict[str, tuple[Any, ...]]:
-    """Everything under root that a run could change: kind, mode, inode, mtime and content of each path."""
-    found: dict[str, tuple[Any, ...]] = {}
-    for path in sorted(root.rglob("*")):
-        st = os.lstat(path)
-        content = path.read_bytes() if stat.S_ISREG(st.st_mode) else None
-        found[str(path.relative_to(root))] = (stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode), st.st_ino,
-                                              st.st_mtime_ns, content)
-    return found
 
 
 def items(base: Path) -> dict[str, Any]:
