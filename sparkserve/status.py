@@ -124,8 +124,23 @@ def guard_events(nodes: list[Any]) -> list[Text]:
     return lines
 
 
+def supervisor_lines(supervisor: Mapping[str, Any]) -> list[Text]:
+    """The supervisor's state and restart count, and its last events, one a line."""
+    if not supervisor:
+        return []
+    state = _cell(supervisor.get("state"))
+    style = "red" if state.startswith("needs") else "green" if state == "watching" else "yellow"
+    lines = [Text.assemble(("Supervisor: ", "bold"), (state, style),
+                           f" · {_cell(supervisor.get('restarts_total'), '0')} restarts,"
+                           f" {_cell(supervisor.get('restarts_last_hour'), '0')} in the last hour")]
+    for event in (e for e in _list(supervisor.get("last_events")) if isinstance(e, Mapping)):
+        cause = f": {event['cause']}" if event.get("cause") else ""
+        lines.append(Text(f"  {short_time(event.get('time'))} {_cell(event.get('event'))}{cause}"))
+    return lines
+
+
 def render_status(data: Mapping[str, Any]) -> RenderableType:
-    """Ranks, readiness, each node's guard, flusher, fabric and weights, and the guard's last events."""
+    """Ranks, readiness, the supervisor, each node's guard, flusher, fabric and weights, the guard's events."""
     parts: list[RenderableType] = []
     title = " · ".join(f"{k} {data[k]}" for k in ("deployment", "recipe") if data.get(k))
     if title:
@@ -141,6 +156,7 @@ def render_status(data: Mapping[str, Any]) -> RenderableType:
         parts.append(Text("No rank is running.", style="yellow"))
     if isinstance(data.get("readiness"), Mapping):
         parts.append(readiness_text(data["readiness"]))
+    parts += supervisor_lines(_mapping(data.get("supervisor")))
     nodes = _list(data.get("nodes"))
     if nodes:
         parts.append(node_table(nodes))

@@ -83,3 +83,19 @@ def test_short_forms() -> None:
     assert short_image("") == "-"
     assert short_time("2026-12-02T09:58:01.123456789Z") == "12-02 09:58:01"
     assert short_time("") == "-"
+
+
+def test_the_supervisor_s_state_restarts_and_events() -> None:
+    data = dict(status(), supervisor={
+        "unit": "active", "state": "watching", "restarts_total": 2, "restarts_last_hour": 1,
+        "last_events": [{"time": "2026-12-02T09:59:00+00:00", "event": "heal_started",
+                         "cause": "rank 1 on spark-2 is not running (exited with code 137)"},
+                        {"time": "2026-12-02T09:59:21+00:00", "event": "healed"}]})
+    output = text(data)
+    assert "Supervisor: watching · 2 restarts, 1 in the last hour" in output
+    assert "  12-02 09:59:00 heal_started: rank 1 on spark-2 is not running (exited with code 137)" in output
+    assert "  12-02 09:59:21 healed" in output
+    held = text(dict(status(), supervisor={"state": "needs reboot: spark-2 (MemAvailable 0.4 GiB, needs 1 GiB)"}), 200)
+    assert "Supervisor: needs reboot: spark-2 (MemAvailable 0.4 GiB, needs 1 GiB) · 0 restarts, 0 in the last hour" \
+        in held
+    assert "Supervisor" not in text(status())

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import struct
 import subprocess
 import sys
@@ -198,6 +199,26 @@ def test_a_held_load_ends_when_the_engine_stops(tmp_path: Path) -> None:
     stop.set()
     with pytest.raises(weights.LoadInterrupted):
         app.load_weights(cli.parse_args(["serve", "/m", "--load-format", "dummy"]), knobs, Logger(0), stop)
+
+
+def test_the_stall_and_crash_files_are_paths_unset_by_default(tmp_path: Path) -> None:
+    knobs = read_knobs({"VLLM_DOUBLE_STALL_FILE": str(tmp_path / "stall"),
+                        "VLLM_DOUBLE_CRASH_FILE": str(tmp_path / "crash")})
+    assert knobs.stall_file == str(tmp_path / "stall") and knobs.crash_file == str(tmp_path / "crash")
+    assert Knobs().stall_file is None and Knobs().crash_file is None
+    assert read_knobs({"VLLM_DOUBLE_STALL_FILE": "", "VLLM_DOUBLE_CRASH_FILE": ""}) == Knobs()
+
+
+def test_a_stalled_request_sees_its_client_go_away() -> None:
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        assert not server.client_gone(ours), "connected and quiet: still there"
+        theirs.sendall(b"x")
+        assert not server.client_gone(ours), "more bytes (a pipelined request) are not a goodbye"
+        assert ours.recv(1) == b"x"
+        theirs.close()
+        assert server.client_gone(ours), "closed at its end"
+    assert server.client_gone(ours), "our own end closed"
 
 
 def test_a_load_allocates_and_touches_the_memory_its_knob_asks() -> None:

@@ -10,6 +10,7 @@ import hashlib
 import http.client
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -95,9 +96,9 @@ class Cluster:
 
     # --- HTTP ------------------------------------------------------------
 
-    def request(self, method: str, path: str, body: Any = None,
-                headers: dict[str, str] | None = None) -> tuple[int, bytes]:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+    def request(self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None,
+                timeout: float = 10) -> tuple[int, bytes]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
         try:
             data = json.dumps(body).encode() if body is not None else None
             conn.request(method, path, body=data, headers={"Content-Type": "application/json", **(headers or {})})
@@ -366,6 +367,66 @@ def test_a_missing_shard_stops_the_head_naming_it(cluster_factory: Any, tmp_path
     worker = pair.start(1)
     exits_nonzero_with(worker, "weight loading failed: missing shard model-00002-of-00003.safetensors")
     exits_nonzero_with(head, "engine failed: node rank 1 failed: missing shard")
+
+
+# --- one rank: stall and crash files ---------------------------------------------
+
+
+def test_a_stall_file_hangs_completions_behind_a_green_health(cluster_factory: Any, tmp_path: Path) -> None:
+    stall = tmp_path / "stall"
+    cluster: Cluster = cluster_factory(1, {"VLLM_DOUBLE_STALL_FILE": str(stall)})
+    head = cluster.start(0)
+    cluster.wait_health(200)
+    body = {"prompt": "one two three", "max_tokens": 3, "ignore_eos": True}
+    assert cluster.post("/v1/completions", body)[0] == 200  # no file, no stall
+    generated = metric(cluster.get("/metrics")[1], "vllm:generation_tokens_total")
+
+    stall.touch()
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "stream": True}
+    for path, request in (("/v1/completions", body), ("/v1/chat/completions", chat)):
+        # A request of 3 tokens answers in about 10 ms; stalled, it does not within a second (the stall lasts
+        # until the file is removed, so the timeout is an upper bound on a call that blocks, not a race).
+        with pytest.raises(TimeoutError):
+            cluster.request("POST", path, request, timeout=1)
+        assert cluster.get("/health")[0] == 200 and cluster.get("/v1/models")[0] == 200  # the trap
+    assert "completions stalled: VLLM_DOUBLE_STALL_FILE (%s) exists" % stall in head.text()
+    # The clients that gave up are seen to go, though the file is still there; no token was generated.
+    eventually(lambda: metric(cluster.get("/metrics")[1], "vllm:num_requests_running") == 0, cluster)
+    assert head.text().count("client went away") == 2
+    assert metric(cluster.get("/metrics")[1], "vllm:generation_tokens_total") == generated
+
+    answers: list[tuple[int, Any]] = []
+    waiting = threading.Thread(target=lambda: answers.append(cluster.post("/v1/completions", body)))
+    waiting.start()
+    eventually(lambda: metric(cluster.get("/metrics")[1], "vllm:num_requests_running") == 1, cluster)
+    assert cluster.get("/health")[0] == 200 and cluster.get("/v1/models")[0] == 200 and not answers
+    stall.unlink()
+    waiting.join(30)  # the stalled request answers once the file is gone
+    assert len(answers) == 1 and answers[0][0] == 200 and answers[0][1]["usage"]["completion_tokens"] == 3
+    assert "%s is gone: completions go on" % stall in head.text()
+    status, answer = cluster.post("/v1/chat/completions", {**chat, "stream": False})
+    assert status == 200 and answer["usage"]["completion_tokens"] == 3
+
+
+def test_a_crash_file_fails_every_start_while_it_exists(cluster_factory: Any, tmp_path: Path) -> None:
+    from ansible_collections.sparkserve.deploy.plugins.module_utils.engines.vllm import ENGINE as VLLM_ENGINE
+
+    crash = tmp_path / "crash"
+    crash.touch()
+    line = "RuntimeError: Engine core initialization failed (VLLM_DOUBLE_CRASH_FILE exists)"
+    cluster: Cluster = cluster_factory(2, {"VLLM_DOUBLE_CRASH_FILE": str(crash)})
+    for rank, name in ((0, "head"), (0, "head-again"), (1, "worker")):
+        started = cluster.start(rank, name=name)
+        assert started.wait() == 1, started.text()
+        # Its one line: before anything else (source hashes, rendezvous, weights, API).
+        [error] = started.text().splitlines()
+        assert error.startswith("ERROR ") and error.endswith("[rank %d] %s" % (rank, line)), error
+        assert any(re.search(pattern, error) for pattern in VLLM_ENGINE.fatal_log_patterns)
+    crash.unlink()
+    cluster.nnodes = 1  # without the file, a start goes on and serves
+    head = cluster.start(0, name="head-after")
+    cluster.wait_health(200)
+    assert line not in head.text() and "loaded 2 shards" in head.text()
 
 
 # --- one rank: timings, concurrency, API key, provenance ------------------------

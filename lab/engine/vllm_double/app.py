@@ -334,6 +334,10 @@ def serve(args: ServeArgs, problems: list[str], flavor: Flavor = VLLM) -> int:
         log.error(problem)
     if problems:
         return 1
+    if knobs.crash_file and os.path.exists(knobs.crash_file):
+        # A rank that crashes on every start while the file is there, with a line of vLLM's fatal patterns.
+        log.error("RuntimeError: Engine core initialization failed (VLLM_DOUBLE_CRASH_FILE exists)")
+        return 1
     stop = threading.Event()
     install_signals(stop, log)
     log_start(args, log, flavor)

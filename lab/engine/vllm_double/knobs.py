@@ -1,4 +1,5 @@
-"""Environment knobs of the double: how fast it loads (and how much memory it takes), answers and accepts drafts.
+"""Environment knobs of the double: how fast it loads (and how much memory it takes), answers and accepts drafts,
+and when it stalls or crashes.
 
 Every knob is read once at startup. A malformed value stops the engine with
 a line naming the variable, as a misconfigured engine would.
@@ -23,6 +24,8 @@ class Knobs:
     load_delay_s: float = 0.0  # VLLM_DOUBLE_LOAD_DELAY_S: extra engine-init time after the weights
     load_hold_file: str | None = None  # VLLM_DOUBLE_LOAD_HOLD_FILE: engine init ends only once this file exists
     load_alloc_mib: float = 0.0  # VLLM_DOUBLE_LOAD_ALLOC_MIB: MiB taken (pages written) for the load
+    stall_file: str | None = None  # VLLM_DOUBLE_STALL_FILE: completions stall while this file exists
+    crash_file: str | None = None  # VLLM_DOUBLE_CRASH_FILE: the engine fails at start while this file exists
     ttft_base_ms: float = 20.0  # VLLM_DOUBLE_TTFT_BASE_MS: time to first token of an empty prompt
     ttft_per_1k_ms: float = 50.0  # VLLM_DOUBLE_TTFT_PER_1K_MS: added per 1000 prompt tokens
     itl_ms: float = 10.0  # VLLM_DOUBLE_ITL_MS: time of one decode step
@@ -68,6 +71,8 @@ def read_knobs(env: Mapping[str, str]) -> Knobs:
         load_delay_s=_number(env, "VLLM_DOUBLE_LOAD_DELAY_S", base.load_delay_s),
         load_hold_file=env.get("VLLM_DOUBLE_LOAD_HOLD_FILE") or None,
         load_alloc_mib=_number(env, "VLLM_DOUBLE_LOAD_ALLOC_MIB", base.load_alloc_mib),
+        stall_file=env.get("VLLM_DOUBLE_STALL_FILE") or None,
+        crash_file=env.get("VLLM_DOUBLE_CRASH_FILE") or None,
         ttft_base_ms=_number(env, "VLLM_DOUBLE_TTFT_BASE_MS", base.ttft_base_ms),
         ttft_per_1k_ms=_number(env, "VLLM_DOUBLE_TTFT_PER_1K_MS", base.ttft_per_1k_ms),
         itl_ms=_number(env, "VLLM_DOUBLE_ITL_MS", base.itl_ms),

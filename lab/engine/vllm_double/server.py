@@ -6,12 +6,16 @@ Routes: ``GET /health``, ``GET /v1/models``, ``POST /v1/completions``,
 and ``GET /get_model_info``, and ``/metrics`` only when enabled.
 ``--api-key`` guards ``/v1/*`` only.
 Requests sleep on their own threads, so they run concurrently, up to
-``--max-num-seqs`` at a time; the rest wait for a slot.
+``--max-num-seqs`` at a time; the rest wait for a slot. While
+``VLLM_DOUBLE_STALL_FILE`` exists, a completion that starts generates nothing
+and answers nothing until the file is gone (or its client leaves).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import select
 import socket
 import threading
 import time
@@ -39,8 +43,21 @@ from .provenance import source_hashes
 from .state import EngineState, Phase
 
 
+# How often a stalled completion looks for its file (VLLM_DOUBLE_STALL_FILE) and for its client.
+STALL_POLL_S = 0.2
+
+
 class EngineDeadError(Exception):
     """The engine died while a request was running."""
+
+
+def client_gone(connection: socket.socket) -> bool:
+    """Whether the client has closed its end of the connection (it is readable, at its end), without waiting."""
+    try:
+        readable, _, _ = select.select([connection], [], [], 0)
+        return bool(readable) and connection.recv(1, socket.MSG_PEEK) == b""
+    except (OSError, ValueError):  # reset, or already closed
+        return True
 
 
 @dataclass
@@ -256,13 +273,32 @@ class Handler(BaseHTTPRequestHandler):
         api.metrics.started(1)
         finish = "abort"
         try:
-            finish = self.stream(req, request_id) if req.stream else self.complete(req, request_id)
+            if True:
+                finish = self.stream(req, request_id) if req.stream else self.complete(req, request_id)
+            else:
+                self.close_connection = True
+                api.log.warning("request %s: client went away" % request_id)
         except (BrokenPipeError, ConnectionResetError):
             api.log.warning("request %s: client went away" % request_id)
         finally:
             api.metrics.started(-1)
             api.slots.release()
             api.metrics.finished(finish)
+
+    def wait_out_stall(self) -> bool:
+        """Hold the request, generating and answering nothing, while VLLM_DOUBLE_STALL_FILE exists: a hung
+        model behind a green /health. False if the client went away meanwhile."""
+        api = self.api
+        path = api.knobs.stall_file
+        if not path or not os.path.exists(path):
+            return True
+        api.log.warning("completions stalled: VLLM_DOUBLE_STALL_FILE (%s) exists" % path)
+        while os.path.exists(path):
+            if client_gone(self.connection):
+                return False
+            time.sleep(STALL_POLL_S)
+        api.log.info("%s is gone: completions go on" % path)
+        return True
 
     def complete(self, req: GenRequest, request_id: str) -> str:
         api = self.api

@@ -595,6 +595,87 @@ RECIPE_SPEC: Dict[str, Any] = {
                 },
             },
         },
+        "supervise": {
+            "type": "dict",
+            "default": {},
+            "description": "The supervisor on the head (role `supervisor`), which heals the deployment once it "
+                           "serves: it watches every rank's container, the ranks' logs for the engine's fatal "
+                           "patterns and real readiness, and restarts every rank in the recipe's order when one "
+                           "fails.",
+            "options": {
+                "enabled": {
+                    "type": "bool",
+                    "default": True,
+                    "description": "Run the supervisor; false removes it.",
+                },
+                "interval_s": {
+                    "type": "int",
+                    "default": 15,
+                    "min": 1,
+                    "description": "Seconds between two checks.",
+                },
+                "probe_timeout_s": {
+                    "type": "int",
+                    "default": 30,
+                    "min": 1,
+                    "description": "Timeout of each request of the readiness probe, the one-token completion "
+                                   "included.",
+                },
+                "failures_before_heal": {
+                    "type": "int",
+                    "default": 3,
+                    "min": 1,
+                    "description": "Failed probes in a row (health, models, or a completion that errs or times "
+                                   "out while health answers: a hang) before the supervisor heals. A rank that "
+                                   "stopped, or a fatal log line, heals at once.",
+                },
+                "ready_timeout_s": {
+                    "type": "int",
+                    "min": 1,
+                    "description": "Seconds a restart may take to be ready again; `readiness.timeout_s` when "
+                                   "unset, as the 15-minute loads of the seeds need.",
+                },
+                "memory_wait_s": {
+                    "type": "int",
+                    "default": 300,
+                    "min": 0,
+                    "description": "Seconds to wait, after every rank is stopped, for every node's "
+                                   "MemAvailable to come back to `memory.min_available_gib`; when it does not, "
+                                   "the supervisor holds `needs reboot: NODE` with every rank stopped.",
+                },
+                "backoff_s": {
+                    "type": "int",
+                    "default": 30,
+                    "min": 0,
+                    "description": "Wait before a second attempt within the hour, doubled at each further one.",
+                },
+                "backoff_max_s": {
+                    "type": "int",
+                    "default": 600,
+                    "min": 0,
+                    "description": "The longest wait between two attempts.",
+                },
+                "max_restarts_per_hour": {
+                    "type": "int",
+                    "default": 3,
+                    "min": 1,
+                    "description": "Attempts in the last hour after which the supervisor stops trying and "
+                                   "holds `needs attention: REASON` with every rank stopped, not half up.",
+                },
+                "start_on_boot": {
+                    "type": "bool",
+                    "default": False,
+                    "description": "Start the supervisor after the head reboots, so that serving comes back "
+                                   "once every node answers; off by default (seed 003: nothing persists).",
+                },
+                "log_lines": {
+                    "type": "int",
+                    "default": 200,
+                    "min": 1,
+                    "description": "Lines of each rank's log saved on the head before a restart.",
+                },
+            },
+        },
         "host": {
             "type": "dict",
             "default": {},
