@@ -42,7 +42,6 @@ from .openai_api import (
 from .provenance import source_hashes
 from .state import EngineState, Phase
 
-
 # How often a stalled completion looks for its file (VLLM_DOUBLE_STALL_FILE) and for its client.
 STALL_POLL_S = 0.2
 
@@ -273,7 +272,7 @@ class Handler(BaseHTTPRequestHandler):
         api.metrics.started(1)
         finish = "abort"
         try:
-            if True:
+            if self.wait_out_stall():
                 finish = self.stream(req, request_id) if req.stream else self.complete(req, request_id)
             else:
                 self.close_connection = True
