@@ -879,42 +879,49 @@ def one_choice(body: str) -> bool:
     return isinstance(choices, list) and len(choices) == 1
 
 
+def ask(http: Http, method: str, url: str, path: str, body: str | None, timeout: float,
+        raise_timeout: bool = False) -> tuple[int, str] | str:
+    """One request of the probe: its status and body when it answered 200, else what went wrong.
+
+    With raise_timeout, a timeout is raised (TimeoutError) for the caller to tell a hang from a failure.
+    """
+    try:
+        status, text = http(method, url + path, body, timeout)
+    except TimeoutError as err:
+        if raise_timeout:
+            raise
+        return f"{method} {path}: {no_answer(err, timeout)}"
+    except OSError as err:
+        return f"{method} {path}: {no_answer(err, timeout)}"
+    return (status, text) if status == 200 else answer_text(method, path, status, text)
+
+
 def probe(api_base: str, render: Render, http: Http, timeout: float) -> str:
     """The three requests of real readiness; the cause of the first that fails, empty when all pass."""
     def fail(detail: str) -> str:
         return f"the head does not answer: {detail}"
 
-    health = render.health_path
-    try:
-        status, body = http("GET", api_base + health, None, timeout)
-    except OSError as err:
-        return fail(f"GET {health}: {no_answer(err, timeout)}")
-    if status != 200:
-        return fail(answer_text("GET", health, status, body))
-    if render.dead_pattern is not None and render.dead_pattern.search(body):
-        return fail(f"GET {health}: 200 but the engine says it is dead: {one_line(body)}")
-    models = render.models_path
-    try:
-        status, body = http("GET", api_base + models, None, timeout)
-    except OSError as err:
-        return fail(f"GET {models}: {no_answer(err, timeout)}")
-    if status != 200:
-        return fail(answer_text("GET", models, status, body))
-    ids = listed_models(body)
+    health = ask(http, "GET", api_base, render.health_path, None, timeout)
+    if isinstance(health, str):
+        return fail(health)
+    if render.dead_pattern is not None and render.dead_pattern.search(health[1]):
+        return fail(f"GET {render.health_path}: 200 but the engine says it is dead: {one_line(health[1])}")
+    models = ask(http, "GET", api_base, render.models_path, None, timeout)
+    if isinstance(models, str):
+        return fail(models)
+    ids = listed_models(models[1])
     if ids is None or render.served_name not in ids:
-        return fail(f"GET {models}: 200 but it does not list {render.served_name}: {one_line(body)}")
-    completions = render.completions_path
+        return fail(f"GET {render.models_path}: 200 but it does not list {render.served_name}: "
+                    f"{one_line(models[1])}")
     payload = json.dumps({"model": render.served_name, "prompt": render.canary_prompt, "max_tokens": 1})
     try:
-        status, body = http("POST", api_base + completions, payload, timeout)
-    except TimeoutError:
+        answer = ask(http, "POST", api_base, render.completions_path, payload, timeout, raise_timeout=True)
+    except TimeoutError:  # health answered: a hang
         return "completions time out while /health answers (hang)"
-    except OSError as err:
-        return fail(f"POST {completions}: {no_answer(err, timeout)}")
-    if status != 200:
-        return fail(answer_text("POST", completions, status, body))
-    if not one_choice(body):
-        return fail(f"POST {completions}: 200 but not one choice: {one_line(body)}")
+    if isinstance(answer, str):
+        return fail(answer)
+    if not one_choice(answer[1]):
+        return fail(f"POST {render.completions_path}: 200 but not one choice: {one_line(answer[1])}")
     return ""
 
 
