@@ -573,22 +573,24 @@ def test_a_heal_saves_the_logs_stops_and_starts_in_the_recipe_order(tmp_path: Pa
     assert not lab.lock_path.exists()
 
 
-def test_the_flusher_runs_on_every_node_while_the_restarted_ranks_load(tmp_path: Path) -> None:
-    unit = f"sparkserve-flusher@{DEPLOYMENT}.service"
-    lab = make_lab(tmp_path, nodes=3, config_extra={"flusher_unit": unit})
+def test_the_guard_is_armed_and_the_flusher_runs_on_every_node_while_the_ranks_load(tmp_path: Path) -> None:
+    flusher, guard = f"sparkserve-flusher@{DEPLOYMENT}.service", f"sparkserve-memguard@{DEPLOYMENT}.service"
+    lab = make_lab(tmp_path, nodes=3, config_extra={"flusher_unit": flusher, "memguard_unit": guard})
     kill_worker(lab)
     lab.step()
 
     assert lab.names() == ["heal_started", "healed"]
-    order = [(c.node, c.argv[0], c.argv[1]) for c in lab.cluster.calls
+    order = [(c.node, *c.argv[:3]) for c in lab.cluster.calls
              if c.argv[0] == "systemctl" or c.argv[:2] in (["docker", "start"], ["docker", "stop"])]
     nodes = ["spark-1", "spark-2", "spark-3"]
-    flusher_on = [(node, "systemctl", "start") for node in nodes]
-    flusher_off = [(node, "systemctl", "stop") for node in nodes]
-    first_start = next(i for i, call in enumerate(order) if call[1:] == ("docker", "start"))
-    assert order[first_start - 3:first_start] == flusher_on  # every stop is before, every flusher started
-    assert order[-3:] == flusher_off  # stopped once the deployment is ready again
-    assert {c.argv[2] for c in lab.cluster.calls if c.argv[0] == "systemctl"} == {unit}
+    first_start = next(i for i, call in enumerate(order) if call[1:3] == ("docker", "start"))
+    # After every stop and before the first start: the guard, then the flusher, on every node.
+    assert order[first_start - 6:first_start] == (
+        [(node, "systemctl", "start", guard) for node in nodes]
+        + [(node, "systemctl", "start", flusher) for node in nodes])
+    assert all(call[1:3] == ("docker", "stop") for call in order[:first_start - 6])
+    # The flusher stops once the deployment is ready again; the guard keeps watching.
+    assert order[-3:] == [(node, "systemctl", "stop", flusher) for node in nodes]
 
 
 def test_the_operator_s_pause_file_keeps_it_from_acting(tmp_path: Path) -> None:
@@ -912,6 +914,7 @@ BAD_CONFIGS: list[tuple[dict[str, Any], list[str], str]] = [
     ({"interval_s": 15}, [], "unknown key interval_s"),
     ({"pause_file": "lab-tp2.paused"}, [], 'pause_file is "lab-tp2.paused"; set an absolute path'),
     ({"flusher_unit": "sparkserve-flusher"}, [], 'flusher_unit is "sparkserve-flusher"; set a systemd unit name'),
+    ({"memguard_unit": 3}, [], "memguard_unit is 3; set a systemd unit name"),
 ]
 
 

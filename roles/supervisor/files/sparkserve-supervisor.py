@@ -59,14 +59,18 @@ Config (JSON object, unknown keys refused)::
      "state_dir": "/var/lib/sparkserve/supervisor",
      "api_base": "http://127.0.0.1:8000",
      "pause_file": "/etc/sparkserve/supervisor/lab-tp2.paused",
-     "flusher_unit": "sparkserve-flusher@lab-tp2.service"}
+     "flusher_unit": "sparkserve-flusher@lab-tp2.service",
+     "memguard_unit": "sparkserve-memguard@lab-tp2.service"}
 
-``pause_file`` and ``flusher_unit`` may be left out.  While the pause file
+``pause_file``, ``flusher_unit`` and ``memguard_unit`` may be left out.  While the pause file
 exists the supervisor does nothing (an operator working on the nodes creates
 it).  The flusher unit, when given, is started on every node before the ranks
 start again and stopped once they are ready (or the attempt ends), as the
 launch runs it: the page cache of the weights being read competes with the
-GPU on unified memory during every load.
+GPU on unified memory during every load.  The memory guard's unit, when given,
+is started on every node before the ranks (it is not running after a reboot
+unless the recipe starts it at boot), so that it watches the load, as after a
+launch.
 
 States (the state file's ``state``)::
 
@@ -143,9 +147,9 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 CONFIG_KEYS = ("deployment", "render_path", "head", "nodes", "rank_hosts", "ssh_argv", "meminfo_path",
                "lock_dir", "state_dir", "api_base")
 UNIT_PATTERN = re.compile(r"[A-Za-z0-9:_.@-]+\.service")
-# Keys that may be left out: an operator's pause file, and the page-cache flusher unit run on every node
-# during a restart's load, as the launch runs it.
-OPTIONAL_CONFIG_KEYS = ("pause_file", "flusher_unit")
+# Keys that may be left out: an operator's pause file, the page-cache flusher unit run on every node during
+# a restart's load, and the memory guard's unit armed on every node before the ranks, as the launch does.
+OPTIONAL_CONFIG_KEYS = ("pause_file", "flusher_unit", "memguard_unit")
 # What recipe.supervise holds; the role fills these in, a render of an older launch may lack them.
 SUPERVISE_DEFAULTS: dict[str, Any] = {
     "enabled": True, "interval_s": 15, "probe_timeout_s": 30, "failures_before_heal": 3,
@@ -173,7 +177,7 @@ INSPECT_TIMEOUT_S = 30.0
 LOGS_TIMEOUT_S = 60.0
 CAT_TIMEOUT_S = 30.0
 START_TIMEOUT_S = 120.0
-FLUSHER_TIMEOUT_S = 60.0
+SYSTEMCTL_TIMEOUT_S = 60.0
 STOP_MARGIN_S = 60.0  # a docker stop may take its grace and this much more
 RC_NOT_STARTED = 127
 RC_TIMED_OUT = 124
@@ -228,6 +232,7 @@ class Config:
     api_base: str
     pause_file: str | None = None
     flusher_unit: str | None = None
+    memguard_unit: str | None = None
 
 
 def _is_int(value: object) -> bool:
@@ -306,10 +311,12 @@ def _api_base(raw: Mapping[str, Any]) -> str:
     return str(value).rstrip("/")
 
 
-def _unit(raw: Mapping[str, Any]) -> str:
-    value = raw["flusher_unit"]
+def _unit(raw: Mapping[str, Any], key: str) -> str | None:
+    value = raw.get(key)
+    if value is None:
+        return None
     if not isinstance(value, str) or not UNIT_PATTERN.fullmatch(value):
-        raise ConfigError(f"flusher_unit is {json.dumps(value)}; set a systemd unit name, like "
+        raise ConfigError(f"{key} is {json.dumps(value)}; set a systemd unit name, like "
                           "sparkserve-flusher@lab-tp2.service")
     return value
 
@@ -338,7 +345,8 @@ def parse_config(raw: object) -> Config:
         state_dir=_absolute_path(raw, "state_dir"),
         api_base=_api_base(raw),
         pause_file=_absolute_path(raw, "pause_file") if raw.get("pause_file") is not None else None,
-        flusher_unit=_unit(raw) if raw.get("flusher_unit") is not None else None,
+        flusher_unit=_unit(raw, "flusher_unit"),
+        memguard_unit=_unit(raw, "memguard_unit"),
     )
 
 
@@ -1303,7 +1311,8 @@ class Supervisor:
                 return short
             self.lock.renew(memory_at, lease_s)
             self.phase(number, "starting the ranks", cause)
-            self.flusher(render, "start")
+            self.systemctl(render, "start", self.config.memguard_unit)
+            self.systemctl(render, "start", self.config.flusher_unit)
             try:
                 problem = self.start_all(render)
                 if problem:
@@ -1312,7 +1321,7 @@ class Supervisor:
                 self.phase(number, "waiting for readiness", cause)
                 why = self.wait_ready(render)
             finally:
-                self.flusher(render, "stop")
+                self.systemctl(render, "stop", self.config.flusher_unit)
         except LockLost as lost:
             return Outcome("lock_lost", f"the lock was taken by {lost.owner} during the heal", lost.owner)
         if why:
@@ -1381,14 +1390,14 @@ class Supervisor:
                                                               "needs_bytes": need} for node, m in low.items()})
         return Outcome("reboot")
 
-    def flusher(self, render: Render, action: str) -> None:
-        """Start (or stop) the page-cache flusher on every node around the load, as the launch does."""
-        if self.config.flusher_unit is None:
+    def systemctl(self, render: Render, action: str, unit: str | None) -> None:
+        """Start (or stop) a unit on every node: the guard before the load, the flusher around it."""
+        if unit is None:
             return
         for node in render.nodes():
-            rc, out, err = self.nodes.run(node, ["systemctl", action, self.config.flusher_unit], FLUSHER_TIMEOUT_S)
-            if rc != 0:  # the restart goes on: the flusher helps the load, it does not gate it
-                log(f"supervisor {self.config.deployment}: systemctl {action} {self.config.flusher_unit} on {node} "
+            rc, out, err = self.nodes.run(node, ["systemctl", action, unit], SYSTEMCTL_TIMEOUT_S)
+            if rc != 0:  # the restart goes on: the units help the load, they do not gate it
+                log(f"supervisor {self.config.deployment}: systemctl {action} {unit} on {node} "
                     f"failed with status {rc}: {one_line(err or out)}")
 
     def start_all(self, render: Render) -> str:
