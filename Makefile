@@ -12,8 +12,8 @@ TIMED := python3 tools/timetable.py run
 # pytest's workers: one per core (2 on CI's machine).
 PYTEST_WORKERS ?= auto
 
-.PHONY: demo test check setup lab lab-destroy site docs pytest lint lint-yaml lint-ansible lint-python molecule \
-	molecule-default molecule-faults molecule-cluster4
+.PHONY: demo test check setup lab lab-destroy site docs pytest lint lint-yaml lint-ansible lint-python lint-prometheus \
+	molecule molecule-default molecule-faults molecule-cluster4
 
 ## demo: set this machine up, bring up a 2-node lab, bring the deployment up
 ## on it with the sparkserve command (site.yml through ansible-runner, shown
@@ -71,8 +71,8 @@ pytest:
 	@$(TIMED) pytest -- python -m pytest -q -n $(PYTEST_WORKERS) tests
 
 ## lint: yamllint and ansible-lint (which also runs every playbook's syntax
-## check), ruff, and mypy on the plugins and the bench.
-lint: lint-yaml lint-ansible lint-python
+## check), ruff, mypy on the plugins and the bench, and promtool on the alerts.
+lint: lint-yaml lint-ansible lint-python lint-prometheus
 
 lint-yaml:
 	@$(TIMED) yamllint -- yamllint --strict .
@@ -83,6 +83,12 @@ lint-ansible:
 lint-python:
 	@$(TIMED) ruff -- ruff check .
 	@$(TIMED) mypy -- mypy
+
+## lint-prometheus: promtool checks the alert rules and runs the unit tests of
+## tests/monitoring/*.test.yml (the rendered recording rules are pytest's).
+lint-prometheus:
+	@$(TIMED) promtool -- promtool check rules roles/monitoring/files/sparkserve.alerts.yml
+	@$(TIMED) "promtool test" -- promtool test rules $(wildcard tests/monitoring/*.test.yml)
 
 ## molecule: one lab for every scenario. default destroys what an earlier run
 ## left and creates the 2-node lab; faults starts from the state default left;

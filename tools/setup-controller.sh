@@ -13,6 +13,8 @@ command -v ssh >/dev/null || need_apt+=(openssh-client)
 command -v ip >/dev/null || need_apt+=(iproute2)
 command -v make >/dev/null || need_apt+=(make)
 command -v rsync >/dev/null || need_apt+=(rsync)
+# promtool (make check tests the alert rules), from Debian's prometheus.
+command -v promtool >/dev/null || need_apt+=(prometheus)
 # The test suite runs the sparkserve command in a real terminal.
 command -v tmux >/dev/null || need_apt+=(tmux)
 python3 -c 'import ensurepip, venv' 2>/dev/null || need_apt+=(python3-venv)
@@ -21,6 +23,11 @@ if [ "${#need_apt[@]}" -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+  # Only promtool is wanted here: the package's own server would hold port
+  # 9090, the one a tunnel to the head's Prometheus uses.
+  if [[ " ${need_apt[*]} " == *" prometheus "* ]] && [ -d /run/systemd/system ]; then
+    systemctl disable --now prometheus >/dev/null 2>&1 || true
+  fi
 fi
 
 if ! docker info >/dev/null 2>&1; then

@@ -124,6 +124,10 @@ class Client:
         self.timeout_s = timeout_s
         self.connections = connections
         self._session: aiohttp.ClientSession | None = None
+        # Every completion this client sent and the tokens they generated (usage), whatever the phase
+        # (calibration, warm-up, cells): what the engine's generation counter grows by.
+        self.sent_requests = 0
+        self.generated_tokens = 0
 
     async def __aenter__(self) -> "Client":
         connector = aiohttp.TCPConnector(limit=max(self.connections, 1), force_close=False,
@@ -228,6 +232,8 @@ class Client:
         if result.error is None and result.t_first is None and result.output_tokens == 0:
             result.error = "the stream ended without any output"
         result.ok = result.error is None
+        self.sent_requests += 1
+        self.generated_tokens += result.output_tokens
         return result
 
     async def _read_events(self, resp: aiohttp.ClientResponse, result: RequestResult) -> None:

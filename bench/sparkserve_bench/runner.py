@@ -404,5 +404,6 @@ async def run_bench(options: RunOptions) -> dict[str, Any]:
                    for s in options.suites],
         "cells": results,
         "summary": {"cells": len(results), "requests": sum(r["requests"] for r in results),
+                    "sent_requests": runner.client.sent_requests, "generated_tokens": runner.client.generated_tokens,
                     "errors": sum(r["errors"] for r in results), "wall_s": round(time.perf_counter() - started, 3)},
     }

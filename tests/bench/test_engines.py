@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from ansible_collections.sparkserve.deploy.plugins.module_utils import engines as adapters
-from ansible_collections.sparkserve.deploy.plugins.module_utils.engines.base import Engine
+from ansible_collections.sparkserve.deploy.plugins.module_utils.engines.base import METRIC_MEANINGS, Engine
 from benchdouble import SPEC_TOKENS, Double
 from sparkserve_bench import cli
 from sparkserve_bench.client import Client
@@ -64,11 +64,13 @@ def read(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
     return parse_exposition(text)
 
 
-def test_every_meaning_an_adapter_names_is_one_the_bench_reads() -> None:
-    """A meaning the bench does not know would be silently ignored: an adapter's mistake, caught here."""
+def test_every_meaning_an_adapter_names_is_a_known_one() -> None:
+    """A meaning no reader knows would be silently ignored: an adapter's mistake, caught here; the bench
+    reads only known meanings."""
     assert names() == sorted(adapters.ENGINES) and {"vllm", "sglang"} <= set(names())
+    assert set(MEANINGS) <= set(METRIC_MEANINGS)
     for name, adapter in adapters.ENGINES.items():
-        assert set(adapter.metric_names) <= set(MEANINGS), (name, sorted(adapter.metric_names))
+        assert set(adapter.metric_names) <= set(METRIC_MEANINGS), (name, sorted(adapter.metric_names))
         assert metrics_of(name).names == dict(adapter.metric_names)
     with pytest.raises(BenchError, match="engine 'nonesuch' has no adapter; the engines are: .*sglang.*vllm"):
         metrics_of("nonesuch")

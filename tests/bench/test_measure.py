@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import urllib.request
 from typing import Any
 
 import pytest
@@ -212,3 +213,23 @@ def test_results_say_how_prompts_were_made_and_the_server_was_warmed(results: di
     # No --engine: the vLLM double's metrics, found by the vLLM adapter's names in the first reading.
     assert results["server"]["engine"] == "vllm" and results["server"]["engine_detected"] is True
     assert results["server"]["models"] == ["tiny"]
+
+
+def test_the_engine_generated_exactly_what_the_run_says_it_generated(double_a: Double) -> None:
+    """summary.generated_tokens counts every completion the run sent (calibration, warm-up, cells): the
+    engine's own generation counter grows by exactly that (what the monitoring compares after a bench)."""
+    def generated() -> float:
+        with urllib.request.urlopen(double_a.url + "/metrics", timeout=10) as resp:
+            text = resp.read().decode("utf-8")
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith("vllm:generation_tokens_total"))
+
+    before = generated()
+    options = RunOptions(base_url=double_a.url, model="tiny", context={}, seed=SEED, warmup_requests=2,
+                         warmup_tokens=16, suites=parse_suites([
+                             {"name": "small", "kind": "cells",
+                              "primary": [{"cell": "c2", "prompt": "prose", "concurrency": 2, "max_tokens": 24}]}]))
+    summary = asyncio.run(run_bench(options))["summary"]
+    assert summary["sent_requests"] > summary["requests"] > 0
+    assert summary["generated_tokens"] >= 2 * 16 + summary["requests"] * 24
+    assert generated() - before == summary["generated_tokens"]

@@ -145,7 +145,7 @@ def test_a_secret_in_a_recipe_env_is_refused_and_never_printed(tmp_path: Path) -
     done = render(cluster_file(tmp_path), "-e", f"recipe_dir={folder}")
     out = flat(done.stdout)
     assert done.returncode != 0
-    assert (f"recipe lab-tp2 ({folder}/lab-tp2.yml, line 35): env.HF_TOKEN is ********; its name says it holds a "
+    assert (f"recipe lab-tp2 ({folder}/lab-tp2.yml, line 41): env.HF_TOKEN is ********; its name says it holds a "
             "secret") in out
     assert "Ansible Vault as weights_hf_token" in out
     assert "hf-token-not-shown" not in done.stdout + done.stderr

@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 import pytest
 
+from tests.roles import exposition
 from tests.scripts import load_script
 
 SCRIPT = Path(__file__).resolve().parents[2] / "roles/flusher/files/sparkserve-flusher.py"
@@ -286,3 +287,200 @@ def test_the_program_stops_on_its_timeout(tmp_path: Path) -> None:
     assert last.startswith("flusher: stopping after ") and last.endswith(": the timeout of 0.2 s is reached")
     # Passes come at least an interval (0.02 s) apart: at most 10 fit in 0.2 s, however slow the machine.
     assert 1 <= int(last.split()[3]) <= 10, last
+
+
+# --- metrics (a node-exporter textfile) ---------------------------------------------
+
+FLUSHER_FAMILIES = {
+    "sparkserve_flusher_passes_total": "counter",
+    "sparkserve_flusher_freed_bytes_total": "counter",
+    "sparkserve_flusher_running": "gauge",
+    "sparkserve_flusher_last_pass_timestamp_seconds": "gauge",
+}
+DEP = {"deployment": "glm53"}
+EPOCH = 1_800_000_000.0
+
+
+def metrics_file(tmp_path: Path) -> Path:
+    folder = tmp_path / "textfile"
+    folder.mkdir(exist_ok=True)
+    return folder / "sparkserve-flusher-glm53.prom"
+
+
+def figures(path: Path) -> tuple[float, float, float, float]:
+    """passes, freed bytes, running, last pass: the file's four values."""
+    families = exposition.read(path)
+    assert {name: family.kind for name, family in families.items()} == FLUSHER_FAMILIES
+    assert all(len(family.samples) == 1 for family in families.values())
+    return tuple(families[name].value(**DEP) for name in FLUSHER_FAMILIES)  # type: ignore[return-value]
+
+
+class FakeTime:
+    """The unix time: each call one second later."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self) -> float:
+        self.calls += 1
+        return EPOCH + self.calls
+
+
+def test_the_file_at_start_after_each_pass_and_at_exit(tmp_path: Path) -> None:
+    path = metrics_file(tmp_path)
+    reader = FakeMeminfo([(30 * GIB, 60 * GIB), (10 * GIB, 80 * GIB),
+                          (12 * GIB, 78 * GIB), (int(11.5 * GIB), int(78.75 * GIB))])
+    seen: list[tuple[float, float, float, float]] = []
+
+    def sync() -> None:  # in a pass, before its drop: the file as the previous write left it
+        seen.append(figures(path))
+
+    def sleep(seconds: float) -> None:
+        seen.append(figures(path))
+
+    code = flusher.run(options(tmp_path, "--passes", "2", "--metrics-path", str(path), "--deployment", "glm53"),
+                       read=reader, sync=sync, sleep=sleep, now=FakeTime())
+    assert code == 0
+    seen.append(figures(path))
+    assert seen == [
+        (0, 0, 1, 0),  # at start: nothing done yet
+        (1, 20 * GIB, 1, EPOCH + 1),  # after pass 1
+        (1, 20 * GIB, 1, EPOCH + 1),  # in pass 2
+        (2, int(20.5 * GIB), 0, EPOCH + 2),  # after pass 2 the flusher exits: running 0, the file stays
+    ]
+    text = path.read_text(encoding="utf-8")
+    assert text == (
+        "# HELP sparkserve_flusher_passes_total Passes the flusher made since it started, those the threshold "
+        "skipped included.\n"
+        "# TYPE sparkserve_flusher_passes_total counter\n"
+        'sparkserve_flusher_passes_total{deployment="glm53"} 2\n'
+        "# HELP sparkserve_flusher_freed_bytes_total Bytes of page cache the flusher's passes freed since it "
+        "started.\n"
+        "# TYPE sparkserve_flusher_freed_bytes_total counter\n"
+        f'sparkserve_flusher_freed_bytes_total{{deployment="glm53"}} {int(20.5 * GIB)}\n'
+        "# HELP sparkserve_flusher_running 1 while the flusher runs, 0 once it exited.\n"
+        "# TYPE sparkserve_flusher_running gauge\n"
+        'sparkserve_flusher_running{deployment="glm53"} 0\n'
+        "# HELP sparkserve_flusher_last_pass_timestamp_seconds Unix time the flusher's last pass ended; 0 before "
+        "the first pass.\n"
+        "# TYPE sparkserve_flusher_last_pass_timestamp_seconds gauge\n"
+        f'sparkserve_flusher_last_pass_timestamp_seconds{{deployment="glm53"}} {int(EPOCH + 2)}\n')
+
+
+def test_skipped_passes_count_and_a_growing_cache_frees_nothing(tmp_path: Path) -> None:
+    path = metrics_file(tmp_path)
+    threshold = 16 * GIB
+    reader = FakeMeminfo([(2 * GIB, 70 * GIB),  # below the threshold: skipped
+                          (20 * GIB, 60 * GIB), (24 * GIB, 56 * GIB),  # flushed, yet the cache grew: 0 freed
+                          (30 * GIB, 50 * GIB), (10 * GIB, 70 * GIB)])  # flushed: 20 GiB freed
+    code = flusher.run(options(tmp_path, "--mode", "threshold", "--threshold-bytes", str(threshold),
+                               "--passes", "3", "--metrics-path", str(path), "--deployment", "glm53"),
+                       read=reader, sync=lambda: None, sleep=no_sleep, now=FakeTime())
+    assert code == 0
+    assert figures(path) == (3, 20 * GIB, 0, EPOCH + 3)
+
+
+def test_the_timeout_leaves_the_file_with_running_0(tmp_path: Path) -> None:
+    path = metrics_file(tmp_path)
+    now = [100.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    reader = FakeMeminfo([(GIB, GIB)] * 100)
+    code = flusher.run(options(tmp_path, "--interval-s", "2", "--timeout-s", "5", "--metrics-path", str(path),
+                               "--deployment", "glm53"),
+                       read=reader, sync=lambda: None, sleep=sleep, clock=lambda: now[0], now=lambda: EPOCH + now[0])
+    assert code == 0
+    assert figures(path) == (3, 0, 0, EPOCH + 104)
+
+
+def test_an_error_exit_leaves_the_file_with_running_0(tmp_path: Path) -> None:
+    path = metrics_file(tmp_path)
+    (tmp_path / "drop_caches").mkdir()
+    reader = FakeMeminfo([(GIB, GIB)] * 2)
+    assert flusher.run(options(tmp_path, "--metrics-path", str(path), "--deployment", "glm53"), read=reader,
+                       sync=lambda: None, sleep=no_sleep) == 1
+    assert figures(path) == (0, 0, 0, 0)
+
+
+def test_a_missing_folder_is_said_once_on_stderr_and_the_flusher_carries_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "absent" / "flusher.prom"
+    reader = FakeMeminfo([(GIB, GIB)] * 6)
+    watcher = DropCachesWatcher(tmp_path / "drop_caches")
+    assert flusher.run(options(tmp_path, "--passes", "3", "--metrics-path", str(path), "--deployment", "glm53"),
+                       read=reader, sync=watcher.sync, sleep=no_sleep) == 0
+    assert watcher.finish() == ["3", "3", "3"]
+    captured = capsys.readouterr()
+    assert captured.err == (f"flusher: cannot write the metrics file {path}: No such file or directory; "
+                            "carrying on without it\n")
+    assert captured.out.splitlines()[-1] == "flusher: stopping after 3 passes: 3 passes are done"
+    assert not (tmp_path / "absent").exists()
+
+
+def test_without_metrics_path_nothing_is_written(tmp_path: Path) -> None:
+    reader = FakeMeminfo([(GIB, GIB)] * 2)
+    assert flusher.run(options(tmp_path, "--passes", "1", "--deployment", "glm53"), read=reader,
+                       sync=lambda: None, sleep=no_sleep) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["drop_caches"]
+
+
+def test_the_metrics_options(tmp_path: Path) -> None:
+    parsed = flusher.parse_args(["--metrics-path", "f.prom", "--deployment", "glm53"])
+    assert (parsed.metrics_path, parsed.deployment) == ("f.prom", "glm53")
+    assert (flusher.parse_args([]).metrics_path, flusher.parse_args([]).deployment) == (None, None)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--metrics-path", "f.prom"], "--metrics-path needs --deployment NAME (the metrics' deployment label)"),
+        (["--metrics-path", "", "--deployment", "glm53"], "argument --metrics-path: '' is not a file path"),
+        (["--metrics-path", "f.prom", "--deployment", "a b"],
+         "argument --deployment: 'a b' is not a name of letters, digits, '_', '.' and '-' that starts with a letter "
+         "or digit"),
+        (["--deployment", "-x"], "argument --deployment: expected one argument"),
+    ],
+)
+def test_bad_metrics_arguments_exit_2(capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        flusher.parse_args(args)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_the_program_refuses_metrics_path_without_deployment(tmp_path: Path) -> None:
+    path = metrics_file(tmp_path)
+    done = subprocess.run([sys.executable, str(SCRIPT), "--metrics-path", str(path)],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.splitlines()[-1].endswith(
+        "error: --metrics-path needs --deployment NAME (the metrics' deployment label)")
+    assert not path.exists()
+
+
+def test_the_program_keeps_its_file_with_running_0_after_sigterm(tmp_path: Path) -> None:
+    path = metrics_file(tmp_path)
+    before = time.time()
+    program = run_program(tmp_path, "--metrics-path", str(path), "--deployment", "glm53")
+    out, err = finish(program, lambda: program.send_signal(signal.SIGTERM))
+    assert program.returncode == 0
+    assert err == ""
+    assert out.splitlines()[-1].startswith("flusher: terminated after ")
+    passes, freed, running, last_pass = figures(path)
+    assert passes >= 1
+    assert freed == 0  # the fake meminfo does not change
+    assert running == 0
+    assert before <= last_pass <= time.time()
+    assert exposition.leftovers(path) == []
+
+
+def test_label_values_are_escaped_and_read_back() -> None:
+    weird = 'a\\b"c\nd'
+    assert flusher.escape_label_value(weird) == 'a\\\\b\\"c\\nd'
+    text = flusher.exposition_text([flusher.MetricFamily("x_total", "counter", "X.", [({"deployment": weird}, 2)])])
+    assert text == '# HELP x_total X.\n# TYPE x_total counter\nx_total{deployment="a\\\\b\\"c\\nd"} 2\n'
+    assert exposition.parse(text)["x_total"].samples == [({"deployment": weird}, 2.0)]

@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 import pytest
 
+from tests.roles import exposition
 from tests.scripts import load_script
 
 SCRIPT = Path(__file__).resolve().parents[2] / "roles/memguard/files/sparkserve-memguard.py"
@@ -22,6 +23,7 @@ GIB = 1024**3
 FLOOR = 8 * GIB
 HIGH = 20 * GIB
 LOW = 4 * GIB
+MID = 12 * GIB
 INSPECT = ["container", "inspect", "--format", "{{.State.Running}}", "glm53-r0"]
 
 
@@ -697,3 +699,333 @@ def test_the_program_armed_before_its_rank_kills_it_within_one_sample_and_exits_
     assert docker_calls(tmp_path) == [INSPECT, INSPECT, INSPECT, ["kill", "glm53-r0"]]  # once, memory still low
     [event] = events(tmp_path)
     assert (event["action"], event["values"]) == ("killed", {"MemAvailable": HIGH, "MemFree": LOW})
+
+
+# --- metrics (a node-exporter textfile) ---------------------------------------------
+
+MEMGUARD_FAMILIES = {
+    "sparkserve_memguard_floor_bytes": "gauge",
+    "sparkserve_memguard_mem_available_bytes": "gauge",
+    "sparkserve_memguard_mem_free_bytes": "gauge",
+    "sparkserve_memguard_actions_total": "counter",
+    "sparkserve_memguard_rank_running": "gauge",
+    "sparkserve_memguard_last_sample_timestamp_seconds": "gauge",
+}
+SAMPLED_AT = 1_800_000_000.25
+START_OF_TIME = 1_800_000_000.0
+DEP = {"deployment": "glm53"}
+RANK = {"deployment": "glm53", "container": "glm53-r0"}
+
+
+def metrics_file(tmp_path: Path) -> Path:
+    folder = tmp_path / "textfile"
+    folder.mkdir(exist_ok=True)
+    return folder / "sparkserve-memguard-glm53.prom"
+
+
+class InspectAnswer(FakeDocker):
+    """FakeDocker whose inspections answer (rc, stdout, stderr) as given: docker that cannot tell."""
+
+    def __init__(self, answer: tuple[int, str, str]) -> None:
+        super().__init__()
+        self.answer = answer
+
+    def __call__(self, argv: Sequence[str], timeout_s: float) -> tuple[int, str, str]:
+        if list(argv[1:3]) == ["container", "inspect"]:
+            self.calls.append(list(argv[1:]))
+            self.timeouts.append(timeout_s)
+            return self.answer
+        return super().__call__(argv, timeout_s)
+
+
+def test_one_sample_writes_every_family_with_the_guard_s_figures(tmp_path: Path) -> None:
+    path = metrics_file(tmp_path)
+    docker = FakeDocker()
+    write_meminfo(tmp_path / "meminfo", HIGH, MID)
+    config = memguard.parse_config(base_config(tmp_path, metrics_path=str(path)))
+    assert memguard.run(config, once=True, runner=docker, now=lambda: SAMPLED_AT) == 0
+    families = exposition.read(path)
+    assert {name: family.kind for name, family in families.items()} == MEMGUARD_FAMILIES
+    assert families["sparkserve_memguard_floor_bytes"].samples == [(DEP, FLOOR)]
+    assert families["sparkserve_memguard_mem_available_bytes"].samples == [(DEP, HIGH)]
+    assert families["sparkserve_memguard_mem_free_bytes"].samples == [(DEP, MID)]
+    assert families["sparkserve_memguard_actions_total"].samples == [(DEP, 0)]
+    assert families["sparkserve_memguard_rank_running"].samples == [(RANK, 1)]
+    assert families["sparkserve_memguard_last_sample_timestamp_seconds"].samples == [(DEP, SAMPLED_AT)]
+    # Above the floor: docker is asked only for the metrics, with the guard's timeout.
+    assert docker.calls == [INSPECT]
+    assert docker.timeouts == [memguard.INSPECT_TIMEOUT_S]
+    assert path.read_text(encoding="utf-8").startswith(
+        "# HELP sparkserve_memguard_floor_bytes The guard's floor in bytes: it acts when a watched value stays "
+        "below it.\n# TYPE sparkserve_memguard_floor_bytes gauge\n"
+        'sparkserve_memguard_floor_bytes{deployment="glm53"} 8589934592\n')
+
+
+@pytest.mark.parametrize(
+    ("docker", "samples"),
+    [
+        (FakeDocker("running"), [(RANK, 1.0)]),
+        (FakeDocker("exited"), [(RANK, 0.0)]),
+        (FakeDocker("absent"), [(RANK, 0.0)]),
+        (InspectAnswer((1, "", "Cannot connect to the Docker daemon at unix:///var/run/docker.sock.\n")), []),
+        (InspectAnswer((124, "", "no answer after 10 s")), []),
+        (InspectAnswer((0, "<no value>\n", "")), []),
+    ],
+    ids=["running", "not-running", "absent", "daemon-error", "timeout", "unknown-answer"],
+)
+def test_rank_running_is_1_0_or_left_out_when_docker_cannot_tell(
+    tmp_path: Path, docker: FakeDocker, samples: list[tuple[dict[str, str], float]]
+) -> None:
+    path = metrics_file(tmp_path)
+    write_meminfo(tmp_path / "meminfo", HIGH, HIGH)
+    config = memguard.parse_config(base_config(tmp_path, metrics_path=str(path)))
+    assert memguard.run(config, once=True, runner=docker) == 0
+    families = exposition.read(path)
+    assert families["sparkserve_memguard_rank_running"].samples == samples
+    assert set(families) == set(MEMGUARD_FAMILIES)  # HELP and TYPE stay, with or without the sample
+    assert families["sparkserve_memguard_mem_available_bytes"].value(**DEP) == HIGH
+
+
+def test_below_the_floor_docker_is_not_asked_and_the_rank_s_state_is_left_out(tmp_path: Path) -> None:
+    """While memory is low the guard's samples come first: the write makes no docker call (docker may be slow
+    then), and every other figure is written."""
+    path = metrics_file(tmp_path)
+    docker = FakeDocker()
+    write_meminfo(tmp_path / "meminfo", HIGH, LOW)
+    config = memguard.parse_config(base_config(tmp_path, metrics_path=str(path)))
+    assert memguard.run(config, once=True, runner=docker) == 0
+    assert docker.calls == []
+    families = exposition.read(path)
+    assert families["sparkserve_memguard_rank_running"].samples == []
+    assert families["sparkserve_memguard_mem_free_bytes"].samples == [(DEP, LOW)]
+
+
+def test_actions_total_counts_the_kills(tmp_path: Path) -> None:
+    path = metrics_file(tmp_path)
+    docker = FakeDocker()
+    write_meminfo(tmp_path / "meminfo", LOW, LOW)
+    config = memguard.parse_config(base_config(tmp_path, samples=1, metrics_path=str(path)))
+    assert memguard.run(config, once=True, runner=docker) == 0
+    assert docker.calls == [INSPECT, ["kill", "glm53-r0"]]
+    families = exposition.read(path)
+    assert families["sparkserve_memguard_actions_total"].value(**DEP) == 1
+    assert families["sparkserve_memguard_rank_running"].samples == []
+
+
+def test_a_failed_kill_counts_as_an_action(tmp_path: Path) -> None:
+    path = metrics_file(tmp_path)
+    write_meminfo(tmp_path / "meminfo", LOW, LOW)
+    config = memguard.parse_config(base_config(tmp_path, samples=1, metrics_path=str(path)))
+    assert memguard.run(config, once=True, runner=FakeDocker(action_rc=1)) == 0
+    families = exposition.read(path)
+    assert families["sparkserve_memguard_actions_total"].value(**DEP) == 1
+
+
+def test_the_file_is_written_at_the_first_sample_then_every_metrics_interval_and_removed_on_sigterm(
+    tmp_path: Path,
+) -> None:
+    """A sample every (fake) second, metrics every 2.5 s: written at samples 1, 4, 7 and 10 of 11, and the
+    guard's kill (samples 6 and 7 low, two of two) shows at the next write; SIGTERM removes the file."""
+    path = metrics_file(tmp_path)
+    docker = FakeDocker()
+    elapsed = [0.0]
+    seen: list[tuple[float, float, float]] = []  # after each sample: timestamp, MemFree, actions
+    values = [HIGH, HIGH, HIGH, HIGH, HIGH, LOW, LOW, LOW, HIGH, HIGH, HIGH]
+    write_meminfo(tmp_path / "meminfo", values[0], values[0])
+
+    def sleep(seconds: float) -> None:
+        families = exposition.read(path)
+        seen.append((families["sparkserve_memguard_last_sample_timestamp_seconds"].value(**DEP),
+                     families["sparkserve_memguard_mem_free_bytes"].value(**DEP),
+                     families["sparkserve_memguard_actions_total"].value(**DEP)))
+        if len(seen) == len(values):
+            os.kill(os.getpid(), signal.SIGTERM)  # as systemd stops the guard
+            return
+        elapsed[0] += 1
+        write_meminfo(tmp_path / "meminfo", values[len(seen)], values[len(seen)])
+
+    config = memguard.parse_config(base_config(tmp_path, samples=2, metrics_path=str(path),
+                                               metrics_interval_s=2.5))
+    previous = signal.getsignal(signal.SIGTERM)
+    assert memguard.run(config, once=False, sleep=sleep, runner=docker, clock=lambda: elapsed[0],
+                        now=lambda: START_OF_TIME + elapsed[0]) == 0
+    assert signal.getsignal(signal.SIGTERM) == previous
+    written_at = [0, 3, 6, 9]  # the samples of each write, from 0
+    expected: list[tuple[float, float, float]] = []
+    for index in range(len(values)):
+        last = max(w for w in written_at if w <= index)
+        expected.append((START_OF_TIME + last, values[last], 1 if last >= 6 else 0))
+    assert seen == expected
+    # The write at sample 6 (below the floor) asks docker nothing; the guard, due at sample 7, asks once.
+    assert [call for call in docker.calls if call == INSPECT] == [INSPECT] * len(written_at)
+    assert actions_taken(docker.calls) == [["kill", "glm53-r0"]]
+    assert not path.exists()
+    assert exposition.leftovers(path) == []
+
+
+def test_without_metrics_path_nothing_is_written_and_docker_is_not_asked(tmp_path: Path) -> None:
+    docker = FakeDocker()
+    write_meminfo(tmp_path / "meminfo", HIGH, HIGH)
+    config = memguard.parse_config(base_config(tmp_path))
+    assert config.metrics_path is None
+    assert memguard.run(config, once=True, runner=docker) == 0
+    assert docker.calls == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["meminfo"]
+
+
+def test_a_missing_folder_is_said_once_on_stderr_and_the_guard_carries_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "absent" / "memguard.prom"
+    docker = FakeDocker()
+    config = memguard.parse_config(base_config(tmp_path, samples=3, metrics_path=str(path),
+                                               metrics_interval_s=0.01))
+    steps: list[tuple[int, str | None]] = [(LOW, None)] * 4
+    elapsed = [0.0]
+
+    def sleep(seconds: float) -> None:
+        elapsed[0] += seconds
+        script.sleep(seconds)
+
+    script = MemoryScript(tmp_path / "meminfo", docker, steps)
+    assert memguard.run(config, once=False, sleep=sleep, runner=docker, clock=lambda: elapsed[0]) == 0
+    assert actions_taken(docker.calls) == [["kill", "glm53-r0"]]  # the guard did its work
+    assert [event["action"] for event in events(tmp_path)] == ["killed"]
+    captured = capsys.readouterr()
+    assert captured.err == (f"memguard glm53: cannot write the metrics file {path}: No such file or directory; "
+                            "carrying on without it\n")
+    assert not (tmp_path / "absent").exists()
+
+
+def test_writes_resume_when_the_folder_appears_and_a_new_failure_is_said_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "textfile"
+    writer = memguard.TextfileWriter(str(folder / "m.prom"), "memguard glm53")
+    family = memguard.MetricFamily("sparkserve_memguard_floor_bytes", "gauge", "The floor.", [(DEP, 1)])
+    assert writer.write([family]) is False
+    assert writer.write([family]) is False
+    folder.mkdir()
+    assert writer.write([family]) is True
+    assert exposition.read(folder / "m.prom")["sparkserve_memguard_floor_bytes"].value(**DEP) == 1
+    (folder / "m.prom").unlink()
+    (folder / "m.prom").mkdir()  # nothing can be renamed onto a folder, not even by root
+    assert writer.write([family]) is False
+    assert writer.write([family]) is False
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2
+    assert err[0] == (f"memguard glm53: cannot write the metrics file {folder / 'm.prom'}: No such file or "
+                      "directory; carrying on without it")
+    assert err[1].endswith("Is a directory; carrying on without it")
+    assert exposition.leftovers(folder / "m.prom") == []
+
+
+def test_label_values_are_escaped_and_read_back() -> None:
+    weird = 'a\\b"c\nd'
+    assert memguard.escape_label_value(weird) == 'a\\\\b\\"c\\nd'
+    text = memguard.exposition_text([
+        memguard.MetricFamily("x_total", "counter", "Help with a \\ and a\nnewline.",
+                              [({"deployment": weird, "container": "c"}, 3)]),
+        memguard.MetricFamily("y", "gauge", "Nothing to say.", []),
+        memguard.MetricFamily("z_seconds", "gauge", "Time.", [({"deployment": "d"}, 1.5)]),
+    ])
+    assert text == ('# HELP x_total Help with a \\\\ and a\\nnewline.\n# TYPE x_total counter\n'
+                    'x_total{deployment="a\\\\b\\"c\\nd",container="c"} 3\n'
+                    "# HELP y Nothing to say.\n# TYPE y gauge\n"
+                    '# HELP z_seconds Time.\n# TYPE z_seconds gauge\nz_seconds{deployment="d"} 1.5\n')
+    families = exposition.parse(text)
+    assert families["x_total"].samples == [({"deployment": weird, "container": "c"}, 3.0)]
+    assert families["y"].samples == []
+
+
+def test_the_metrics_keys_and_their_defaults(tmp_path: Path) -> None:
+    config = memguard.parse_config(base_config(tmp_path))
+    assert (config.metrics_path, config.metrics_interval_s) == (None, 15.0)
+    config = memguard.parse_config(base_config(tmp_path, metrics_path=None, metrics_interval_s=2))
+    assert (config.metrics_path, config.metrics_interval_s) == (None, 2.0)
+    config = memguard.parse_config(base_config(tmp_path, metrics_path="m.prom", metrics_interval_s=0.5))
+    assert (config.metrics_path, config.metrics_interval_s) == ("m.prom", 0.5)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"metrics_path": ""}, 'metrics_path is ""; set the path of the node-exporter textfile, like '
+                               "/var/lib/node_exporter/textfile/sparkserve-memguard-glm53.prom, or null for no "
+                               "metrics"),
+        ({"metrics_path": 3}, "metrics_path is 3; set the path of the node-exporter textfile"),
+        ({"metrics_path": ["m.prom"]}, 'metrics_path is ["m.prom"]; set the path'),
+        ({"metrics_path": False}, "metrics_path is false; set the path"),
+        ({"metrics_interval_s": 0}, "metrics_interval_s is 0; set a number of seconds above 0"),
+        ({"metrics_interval_s": -5}, "metrics_interval_s is -5; set a number of seconds above 0"),
+        ({"metrics_interval_s": "15"}, 'metrics_interval_s is "15"; set a number of seconds above 0'),
+        ({"metrics_interval_s": True}, "metrics_interval_s is true; set a number of seconds above 0"),
+        ({"metrics_interval_s": None}, "metrics_interval_s is null; set a number of seconds above 0"),
+        ({"metrics_intervals": 15}, "unknown key metrics_intervals"),
+    ],
+)
+def test_check_config_refuses_bad_metrics_keys_with_status_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], changes: dict[str, Any], message: str
+) -> None:
+    path = write_config(tmp_path, base_config(tmp_path, **changes))
+    assert memguard.main(["--config", str(path), "--check-config"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith(f"memguard config {path}: {message}")
+    assert captured.err.count("\n") == 1
+
+
+def test_a_nan_metrics_interval_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "memguard.json"
+    path.write_text(json.dumps(base_config(tmp_path)).replace('"docker_command"', '"metrics_interval_s": NaN, '
+                                                                                   '"docker_command"'),
+                    encoding="utf-8")
+    with pytest.raises(memguard.ConfigError, match="metrics_interval_s is NaN"):
+        memguard.load_config(str(path))
+
+
+# A docker client for the program: the rank container runs.
+RUNNING_DOCKER = """
+import sys
+if sys.argv[1:3] == ["container", "inspect"]:
+    print("true")
+    sys.exit(0)
+sys.exit(1)
+"""
+
+
+def test_the_program_writes_its_file_and_removes_it_on_sigterm(tmp_path: Path) -> None:
+    path = metrics_file(tmp_path)
+    docker = tmp_path / "docker.py"
+    docker.write_text(RUNNING_DOCKER, encoding="utf-8")
+    write_meminfo(tmp_path / "meminfo", HIGH, HIGH)
+    config = write_config(tmp_path, base_config(tmp_path, docker_command=[sys.executable, str(docker)],
+                                                metrics_path=str(path), metrics_interval_s=0.05))
+    check = subprocess.run([sys.executable, str(SCRIPT), "--config", str(config), "--check-config"],
+                           capture_output=True, text=True, timeout=30)
+    assert (check.returncode, check.stdout, check.stderr) == (0, "OK\n", "")
+    assert not path.exists()  # --check-config writes nothing
+    guard = subprocess.Popen([sys.executable, str(SCRIPT), "--config", str(config)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not path.exists():
+            assert guard.poll() is None, "the guard exited"
+            assert time.monotonic() < deadline, "no metrics file"
+            time.sleep(0.01)
+        before = time.time()
+        families = exposition.parse(path.read_text(encoding="utf-8"))
+        assert families["sparkserve_memguard_rank_running"].samples == [(RANK, 1)]
+        assert families["sparkserve_memguard_mem_available_bytes"].value(**DEP) == HIGH
+        assert before - 60 < families["sparkserve_memguard_last_sample_timestamp_seconds"].value(**DEP) <= before
+        guard.send_signal(signal.SIGTERM)
+        out, err = guard.communicate(timeout=30)
+    finally:
+        if guard.poll() is None:
+            guard.kill()
+            guard.wait()
+    assert guard.returncode == 0
+    assert err == ""
+    assert out.endswith("memguard glm53: terminated; exiting\n")
+    assert not path.exists()
+    assert exposition.leftovers(path) == []

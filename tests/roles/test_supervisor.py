@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from ansible_collections.sparkserve.deploy.plugins.modules import deployment_lock
+from tests.roles import exposition
 from tests.scripts import load_script
 
 SCRIPT = Path(__file__).resolve().parents[2] / "roles/supervisor/files/sparkserve-supervisor.py"
@@ -1027,3 +1028,202 @@ def test_http_request_answers_an_http_error_and_raises_a_timeout_apart(monkeypat
     monkeypatch.setattr(sv, "OPENER", FakeOpener(TimeoutError("timed out")))  # while reading the answer
     with pytest.raises(TimeoutError):
         sv.http_request("GET", url, None, 30)
+
+
+# --- metrics (a node-exporter textfile) -------------------------------------------------
+
+SUPERVISOR_FAMILIES = {
+    "sparkserve_supervisor_state": "gauge",
+    "sparkserve_supervisor_restarts_total": "counter",
+    "sparkserve_supervisor_paused": "gauge",
+    "sparkserve_supervisor_last_check_timestamp_seconds": "gauge",
+}
+DEP = {"deployment": DEPLOYMENT}
+STATE_NAMES = ["starting", "waiting for a launch", "disabled", "watching", "paused", "waiting for nodes", "healing",
+               "backing off", "needs attention", "needs reboot"]
+
+
+def metrics_lab(tmp_path: Path, **config_extra: Any) -> tuple[Lab, Path]:
+    folder = tmp_path / "textfile"
+    folder.mkdir(exist_ok=True)
+    path = folder / f"sparkserve-supervisor-{DEPLOYMENT}.prom"
+    return make_lab(tmp_path, config_extra={"metrics_path": str(path), **config_extra}), path
+
+
+def figures(path: Path) -> tuple[str, float, float, float]:
+    """The current state's name, the restarts, paused and the last check: the file's figures."""
+    families = exposition.read(path)
+    assert {name: family.kind for name, family in families.items()} == SUPERVISOR_FAMILIES
+    states = families["sparkserve_supervisor_state"].samples
+    assert [labels for labels, _ in states] == [{**DEP, "state": name} for name in STATE_NAMES]
+    [current] = [labels["state"] for labels, value in states if value == 1]
+    assert all(value in (0, 1) for _, value in states)
+    return (current, families["sparkserve_supervisor_restarts_total"].value(**DEP),
+            families["sparkserve_supervisor_paused"].value(**DEP),
+            families["sparkserve_supervisor_last_check_timestamp_seconds"].value(**DEP))
+
+
+def test_a_step_writes_every_family(tmp_path: Path) -> None:
+    lab, path = metrics_lab(tmp_path)
+    lab.step()
+    assert figures(path) == ("watching", 0, 0, START)
+    assert path.read_text(encoding="utf-8").startswith(
+        "# HELP sparkserve_supervisor_state 1 for the supervisor's current state, 0 for the others.\n"
+        "# TYPE sparkserve_supervisor_state gauge\n"
+        'sparkserve_supervisor_state{deployment="lab-tp2",state="starting"} 0\n'
+        'sparkserve_supervisor_state{deployment="lab-tp2",state="waiting for a launch"} 0\n'
+        'sparkserve_supervisor_state{deployment="lab-tp2",state="disabled"} 0\n'
+        'sparkserve_supervisor_state{deployment="lab-tp2",state="watching"} 1\n')
+    lab.later()
+    assert figures(path) == ("watching", 0, 0, START + 15)
+
+
+def test_a_heal_shows_while_it_runs_and_counts_as_a_restart(tmp_path: Path) -> None:
+    lab, path = metrics_lab(tmp_path)
+    lab.step()
+    kill_worker(lab)
+    during: list[tuple[str, float, float, float]] = []
+
+    def look(call: Call) -> None:
+        if call.argv[:2] == ["docker", "start"]:
+            during.append(figures(path))
+
+    lab.cluster.hooks.append(look)
+    lab.later()
+    assert lab.names() == ["heal_started", "healed"]
+    assert during == [("healing", 1, 0, START + 15)] * 2
+    assert figures(path) == ("watching", 1, 0, START + 15)
+
+
+def test_restarts_total_adds_the_state_file_s_count_and_does_not_drop_at_a_launch(tmp_path: Path) -> None:
+    lab, path = metrics_lab(tmp_path)
+    kill_worker(lab)
+    lab.step()
+    assert figures(path)[:2] == ("watching", 1)
+    again = sv.Supervisor(lab.config, runner=lab.cluster, http=lab.engine, clock=lab.clock, sleep=lab.clock.sleep)
+    lab.clock.sleep(15)
+    again.step()
+    assert figures(path)[:2] == ("watching", 1)  # the count the state file kept
+    kill_worker(lab)
+    lab.clock.sleep(15)
+    again.step()
+    assert figures(path)[:2] == ("watching", 2)
+    lab.write_render(render_data(fingerprint="fp-2"))  # a launch: the state file's counts start again
+    lab.clock.sleep(15)
+    again.step()
+    assert lab.state()["restarts_total"] == 0
+    assert figures(path)[:2] == ("watching", 2)
+
+
+def test_the_pause_file_shows_as_paused(tmp_path: Path) -> None:
+    pause = tmp_path / f"{DEPLOYMENT}.paused"
+    lab, path = metrics_lab(tmp_path, pause_file=str(pause))
+    lab.step()
+    assert figures(path)[:3] == ("watching", 0, 0)
+    pause.write_text("working on spark-2\n", encoding="utf-8")
+    lab.later()
+    assert figures(path)[:3] == ("paused", 0, 1)
+    pause.unlink()
+    lab.later()
+    assert figures(path)[:3] == ("watching", 0, 0)
+
+
+def test_without_a_render_it_waits_for_a_launch(tmp_path: Path) -> None:
+    lab, path = metrics_lab(tmp_path)
+    lab.render_path.unlink()
+    lab.step()
+    assert figures(path) == ("waiting for a launch", 0, 0, START)
+
+
+@pytest.mark.parametrize(("state", "name"), [
+    ("starting", "starting"),
+    ("waiting for a launch", "waiting for a launch"),
+    ("waiting for a launch: /x/current.json is unusable: not valid JSON", "waiting for a launch"),
+    ("disabled: the recipe's supervise.enabled is false", "disabled"),
+    ("watching", "watching"),
+    ("watching (1 of 3 probes failed: the head does not answer: x)", "watching"),
+    (f"paused: the deployment is locked by {LAUNCH}", "paused"),
+    ("paused by the operator: /etc/x.paused exists", "paused"),
+    ("waiting for nodes: spark-2, spark-3", "waiting for nodes"),
+    ("healing (attempt 2, waiting for memory): rank 1 on spark-2 is not running (gone)", "healing"),
+    ("backing off until 2027-01-15T08:00:30Z: cause", "backing off"),
+    ("needs attention: restart limit reached (3 in the last hour); last cause: x", "needs attention"),
+    ("needs reboot: spark-2 (MemAvailable 0.5 GiB, needs 1 GiB)", "needs reboot"),
+    ("watchingX", None),
+])
+def test_every_state_has_its_name(state: str, name: str | None) -> None:
+    assert list(sv.STATE_NAMES) == STATE_NAMES
+    assert sv.state_name(state) == name
+
+
+def test_sigterm_removes_the_file_and_once_leaves_it(tmp_path: Path) -> None:
+    lab, path = metrics_lab(tmp_path)
+
+    def no_sleep(seconds: float) -> None:
+        raise AssertionError("--once does not sleep")
+
+    assert sv.run(lab.config, once=True, runner=lab.cluster, http=lab.engine, clock=lab.clock, sleep=no_sleep) == 0
+    assert figures(path) == ("watching", 0, 0, START)
+    seen: list[tuple[str, float, float, float]] = []
+
+    def sleep(seconds: float) -> None:
+        seen.append(figures(path))
+        lab.clock.sleep(seconds)
+        if len(seen) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    assert sv.run(lab.config, runner=lab.cluster, http=lab.engine, clock=lab.clock, sleep=sleep) == 0
+    assert seen == [("watching", 0, 0, START), ("watching", 0, 0, START + 15)]
+    assert not path.exists()
+    assert exposition.leftovers(path) == []
+
+
+def test_a_missing_folder_is_said_once_on_stderr_and_the_supervisor_carries_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "absent" / "supervisor.prom"
+    lab = make_lab(tmp_path, config_extra={"metrics_path": str(path)})
+    lab.step()
+    kill_worker(lab)
+    lab.later()
+    assert lab.names() == ["heal_started", "healed"]
+    err = capsys.readouterr().err
+    assert err == (f"supervisor {DEPLOYMENT}: cannot write the metrics file {path}: No such file or directory; "
+                   "carrying on without it\n")
+
+
+def test_without_metrics_path_no_file_is_written(tmp_path: Path) -> None:
+    lab = make_lab(tmp_path)
+    assert lab.config.metrics_path is None
+    lab.step()
+    assert not list(tmp_path.rglob("*.prom"))
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("lab-tp2.prom", 'metrics_path is "lab-tp2.prom"; set an absolute path'),
+    ("", 'metrics_path is ""; set an absolute path'),
+    (3, "metrics_path is 3; set an absolute path"),
+    (["/x.prom"], 'metrics_path is ["/x.prom"]; set an absolute path'),
+])
+def test_a_bad_metrics_path_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: object, message: str
+) -> None:
+    path = tmp_path / "supervisor.json"
+    path.write_text(json.dumps({**config_data(tmp_path), "metrics_path": value}), encoding="utf-8")
+    assert sv.main(["--config", str(path), "--check-config"]) == 2
+    assert capsys.readouterr().err == f"supervisor config {path}: {message}\n"
+
+
+def test_a_null_metrics_path_means_no_metrics(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "supervisor.json"
+    path.write_text(json.dumps({**config_data(tmp_path), "metrics_path": None}), encoding="utf-8")
+    assert sv.main(["--config", str(path), "--check-config"]) == 0
+    assert sv.load_config(str(path)).metrics_path is None
+
+
+def test_label_values_are_escaped_and_read_back() -> None:
+    weird = 'a\\b"c\nd'
+    assert sv.escape_label_value(weird) == 'a\\\\b\\"c\\nd'
+    text = sv.exposition_text([sv.MetricFamily("x", "gauge", "X.", [({"state": weird}, 1)])])
+    assert text == '# HELP x X.\n# TYPE x gauge\nx{state="a\\\\b\\"c\\nd"} 1\n'
+    assert exposition.parse(text)["x"].samples == [({"state": weird}, 1.0)]

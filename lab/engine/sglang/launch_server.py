@@ -184,10 +184,12 @@ def parse_args(argv: Sequence[str]) -> tuple[ServeArgs, list[str], argparse.Name
 
 
 class SGLangMetrics(Metrics):
-    """The double's counters under SGLang's names (``sglang:*``, label ``model_name``)."""
+    """The double's counters under SGLang's names (``sglang:*``, label ``model_name``): the same latency
+    histograms as vLLM's, ``sglang:token_usage`` (as ``vllm:kv_cache_usage_perc``) and ``sglang:gen_throughput``
+    (tokens per second output over the last few seconds, 0 when no request runs)."""
 
-    def __init__(self, model_name: str, num_speculative_tokens: int) -> None:
-        super().__init__(model_name, num_speculative_tokens)
+    def __init__(self, model_name: str, num_speculative_tokens: int, kv_capacity_tokens: int = 0) -> None:
+        super().__init__(model_name, num_speculative_tokens, kv_capacity_tokens)
         self._base = [("model_name", model_name)]
 
     def _core_lines(self) -> list[str]:
@@ -202,6 +204,11 @@ class SGLangMetrics(Metrics):
                          [(base, self.generation_tokens)])
         lines += _family("sglang:num_requests_total", "counter", "Number of requests processed.",
                          [(base, sum(self.success.values()))])
+        lines += _family("sglang:token_usage", "gauge", "Share of the KV token pool held by running requests.",
+                         [(base, self._kv_usage())])
+        lines += _family("sglang:gen_throughput", "gauge", "Generated tokens per second, recently.",
+                         [(base, self._gen_throughput())])
+        lines += self._latency_lines("sglang:")
         return lines
 
     def _spec_lines(self) -> list[str]:

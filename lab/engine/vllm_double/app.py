@@ -42,7 +42,7 @@ class Flavor:
     engine: str = "vllm"  # owned_by of /v1/models; "sglang" adds its own routes
     title: str = "vLLM lab double"
     metrics_enabled: bool = True  # whether GET /metrics answers (404 otherwise)
-    make_metrics: Callable[[str, int], Metrics] = Metrics
+    make_metrics: Callable[[str, int, int], Metrics] = Metrics  # (model name, draft tokens, KV capacity in tokens)
 
 
 VLLM = Flavor()
@@ -238,8 +238,10 @@ def _wait_head(state: EngineState, knobs: Knobs, log: Logger, stop: threading.Ev
 def run_head(args: ServeArgs, knobs: Knobs, log: Logger, stop: threading.Event, max_model_len: int,
              flavor: Flavor = VLLM) -> int:
     state = EngineState(args.nnodes, log)
-    api = Api(args, knobs, state, flavor.make_metrics(args.served_name, args.num_speculative_tokens), log,
-              max_model_len, flavor=flavor.engine, metrics_enabled=flavor.metrics_enabled)
+    # KV capacity: --max-num-seqs requests of up to max_model_len tokens each (see metrics.py).
+    metrics = flavor.make_metrics(args.served_name, args.num_speculative_tokens, max_model_len * args.max_num_seqs)
+    api = Api(args, knobs, state, metrics, log, max_model_len, flavor=flavor.engine,
+              metrics_enabled=flavor.metrics_enabled)
     server = _open_head(args, api, log, stop, knobs)
     if server is None:
         return 1

@@ -9,6 +9,9 @@ Requests sleep on their own threads, so they run concurrently, up to
 ``--max-num-seqs`` at a time; the rest wait for a slot. While
 ``VLLM_DOUBLE_STALL_FILE`` exists, a completion that starts generates nothing
 and answers nothing until the file is gone (or its client leaves).
+A request arrives when its body is checked; its latencies (time to first
+token, each later step, end to end) and the KV tokens it holds go to
+``Metrics`` as they happen.
 """
 
 from __future__ import annotations
@@ -19,9 +22,10 @@ import select
 import socket
 import threading
 import time
+from contextlib import closing
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterator
+from typing import Any, Generator
 
 from . import VERSION
 from .cli import ServeArgs
@@ -100,19 +104,38 @@ class Api:
         steps = schedule(count, req.prompt_tokens, self.knobs, self.args.num_speculative_tokens, digest)
         return make_tokens(digest, count), finish, steps
 
-    def run_steps(self, req: GenRequest, steps: list[Step]) -> Iterator[Step]:
-        """Yield each step when it is due; raise EngineDeadError if the engine dies meanwhile."""
+    def run_steps(self, req: GenRequest, steps: list[Step],
+                  arrived: float | None = None) -> Generator[Step, None, None]:
+        """Yield each step when it is due; raise EngineDeadError if the engine dies meanwhile.
+
+        Records the time to first token (from ``arrived``, a ``time.monotonic()``; default now) and the gap
+        before each later step; the request holds its prompt and output tokens in the KV cache from its first
+        token until the generator ends (run out, raised or closed)."""
         started = time.monotonic()
-        for number, step in enumerate(steps):
-            delay = started + step.at_s - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            if self.state.phase is Phase.DEAD:
-                raise EngineDeadError()
-            if number == 0:
-                self.metrics.prefilled(req.prompt_tokens)
-            self.metrics.stepped(step)
-            yield step
+        last = started if arrived is None else arrived
+        held = 0
+        try:
+            for number, step in enumerate(steps):
+                delay = started + step.at_s - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                if self.state.phase is Phase.DEAD:
+                    raise EngineDeadError()
+                now = time.monotonic()
+                tokens = step.tokens
+                if number == 0:
+                    self.metrics.prefilled(req.prompt_tokens)
+                    self.metrics.first_token(now - last)
+                    tokens += req.prompt_tokens
+                else:
+                    self.metrics.inter_token(now - last)
+                last = now
+                held += tokens
+                self.metrics.kv_held(tokens)
+                self.metrics.stepped(step)
+                yield step
+        finally:
+            self.metrics.kv_held(-held)
 
 
 class DoubleHTTPServer(ThreadingHTTPServer):
@@ -263,6 +286,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def run_request(self, req: GenRequest, request_id: str) -> None:
         api = self.api
+        arrived = time.monotonic()
         if not api.args.disable_log_requests:
             api.log.info("Received request %s: prompt_tokens=%d, max_tokens=%d, stream=%s"
                          % (request_id, req.prompt_tokens, req.max_tokens, req.stream))
@@ -273,7 +297,8 @@ class Handler(BaseHTTPRequestHandler):
         finish = "abort"
         try:
             if self.wait_out_stall():
-                finish = self.stream(req, request_id) if req.stream else self.complete(req, request_id)
+                finish = (self.stream(req, request_id, arrived) if req.stream
+                          else self.complete(req, request_id, arrived))
             else:
                 self.close_connection = True
                 api.log.warning("request %s: client went away" % request_id)
@@ -282,7 +307,7 @@ class Handler(BaseHTTPRequestHandler):
         finally:
             api.metrics.started(-1)
             api.slots.release()
-            api.metrics.finished(finish)
+            api.metrics.finished(finish, time.monotonic() - arrived)
 
     def wait_out_stall(self) -> bool:
         """Hold the request, generating and answering nothing, while VLLM_DOUBLE_STALL_FILE exists: a hung
@@ -299,11 +324,11 @@ class Handler(BaseHTTPRequestHandler):
         api.log.info("%s is gone: completions go on" % path)
         return True
 
-    def complete(self, req: GenRequest, request_id: str) -> str:
+    def complete(self, req: GenRequest, request_id: str, arrived: float) -> str:
         api = self.api
         tokens, finish, steps = api.plan(req)
         try:
-            for _ in api.run_steps(req, steps):
+            for _ in api.run_steps(req, steps, arrived):
                 pass
         except EngineDeadError:
             self.send_error_body(api.dead_error())
@@ -311,18 +336,20 @@ class Handler(BaseHTTPRequestHandler):
         self.send_json(200, response_body(req, request_id, "".join(tokens), finish, len(tokens)))
         return finish
 
-    def stream(self, req: GenRequest, request_id: str) -> str:
+    def stream(self, req: GenRequest, request_id: str, arrived: float) -> str:
         api = self.api
         tokens, finish, steps = api.plan(req)
         self.start_stream()
         sent = 0
         try:
-            for number, step in enumerate(api.run_steps(req, steps)):
-                if number == 0 and req.chat:
-                    self.send_event(chunk_body(req, request_id, None, None, role=True))
-                text = "".join(tokens[sent:sent + step.tokens])
-                sent += step.tokens
-                self.send_event(chunk_body(req, request_id, text, finish if sent == len(tokens) else None))
+            # closing(): a client gone mid-stream ends the steps (and gives back their KV tokens) at once.
+            with closing(api.run_steps(req, steps, arrived)) as run:
+                for number, step in enumerate(run):
+                    if number == 0 and req.chat:
+                        self.send_event(chunk_body(req, request_id, None, None, role=True))
+                    text = "".join(tokens[sent:sent + step.tokens])
+                    sent += step.tokens
+                    self.send_event(chunk_body(req, request_id, text, finish if sent == len(tokens) else None))
         except EngineDeadError:
             self.send_event(api.dead_error().body())
             self.end_stream()

@@ -31,6 +31,27 @@ def _scalar(value: Any) -> str:
     return str(value)
 
 
+# What an adapter's metric_names may map, by meaning, to its engine's metric (counters without _total,
+# histograms without _bucket/_sum/_count): the bench reads the speculative decoding and cache meanings,
+# the monitoring's recording rules (roles/monitoring) every one of them.
+METRIC_MEANINGS: Mapping[str, str] = {
+    "generation_tokens": "counter: tokens generated",
+    "prompt_tokens": "counter: prompt tokens prefilled",
+    "requests_running": "gauge: requests being generated",
+    "requests_waiting": "gauge: requests queued",
+    "kv_cache_usage": "gauge: share of the KV cache in use, 0 to 1",
+    "ttft": "histogram: seconds from a request's arrival to its first token",
+    "itl": "histogram: seconds between two outputs of a request",
+    "e2e_latency": "histogram: seconds from a request's arrival to its end",
+    "spec_drafts": "counter: speculative decoding drafts",
+    "spec_draft_tokens": "counter: draft tokens proposed",
+    "spec_accepted_tokens": "counter: draft tokens accepted",
+    "spec_accepted_per_position": "counter: draft tokens accepted, by draft position (label position)",
+    "spec_accept_length": "gauge: mean tokens per step with speculative decoding",
+    "cache_config_info": "info: the KV cache's configuration as labels",
+}
+
+
 # vLLM's and SGLang's safetensors loader bar: "Loading safetensors checkpoint shards:  50% Completed | 1/2 [...]".
 SAFETENSORS_LOAD_PROGRESS = r"Loading safetensors checkpoint shards:\s*\d+% Completed \| (?P<done>\d+)/(?P<total>\d+)"
 
@@ -62,7 +83,8 @@ class Engine:
     load_progress_pattern: str = ""
     # Host folders kept across restarts: (name under the node's cache folder, path in the container).
     cache_mounts: Tuple[Tuple[str, str], ...] = ()
-    # What the benchmark reads from the metrics path, by meaning; a meaning the engine lacks is absent.
+    # Its metrics by meaning (METRIC_MEANINGS) for the bench and the monitoring; a meaning the engine
+    # lacks is absent.
     metric_names: Mapping[str, str] = {}
 
     def launch_argv(self, recipe: Mapping[str, Any], rank: int, world_size: int, head_fabric_ip: str) -> List[str]:

@@ -44,7 +44,17 @@ class SGLang(Engine):
     load_progress_pattern = SAFETENSORS_LOAD_PROGRESS
     # FlashInfer's JIT kernels; SGLang keeps no compile cache of its own under ~/.cache.
     cache_mounts = (("flashinfer", "/root/.cache/flashinfer"),)
-    metric_names = {"spec_accept_length": "sglang:spec_accept_length"}
+    metric_names = {
+        "generation_tokens": "sglang:generation_tokens",
+        "prompt_tokens": "sglang:prompt_tokens",
+        "requests_running": "sglang:num_running_reqs",
+        "requests_waiting": "sglang:num_queue_reqs",
+        "kv_cache_usage": "sglang:token_usage",
+        "ttft": "sglang:time_to_first_token_seconds",
+        "itl": "sglang:inter_token_latency_seconds",
+        "e2e_latency": "sglang:e2e_request_latency_seconds",
+        "spec_accept_length": "sglang:spec_accept_length",
+    }
 
     def launch_argv(self, recipe: Mapping[str, Any], rank: int, world_size: int, head_fabric_ip: str) -> List[str]:
         model, parallel, launch = recipe["model"], recipe["parallel"], recipe["launch"]

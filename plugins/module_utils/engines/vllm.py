@@ -47,6 +47,14 @@ class VLLM(Engine):
     # The compile cache (torch.compile, CUDA graphs) and FlashInfer's JIT kernels.
     cache_mounts = (("vllm", "/root/.cache/vllm"), ("flashinfer", "/root/.cache/flashinfer"))
     metric_names = {
+        "generation_tokens": "vllm:generation_tokens",
+        "prompt_tokens": "vllm:prompt_tokens",
+        "requests_running": "vllm:num_requests_running",
+        "requests_waiting": "vllm:num_requests_waiting",
+        "kv_cache_usage": "vllm:kv_cache_usage_perc",
+        "ttft": "vllm:time_to_first_token_seconds",
+        "itl": "vllm:inter_token_latency_seconds",
+        "e2e_latency": "vllm:e2e_request_latency_seconds",
         "spec_drafts": "vllm:spec_decode_num_drafts",
         "spec_draft_tokens": "vllm:spec_decode_num_draft_tokens",
         "spec_accepted_tokens": "vllm:spec_decode_num_accepted_tokens",

@@ -24,12 +24,32 @@ Usage::
 
     sparkserve-flusher.py --until-file /run/sparkserve/NAME.loaded
     sparkserve-flusher.py --mode threshold --threshold-bytes 17179869184
+    sparkserve-flusher.py --until-file /run/sparkserve/NAME.loaded --deployment NAME
+        --metrics-path /var/lib/node_exporter/textfile/sparkserve-flusher-NAME.prom   # one line
+
+Metrics: with ``--metrics-path PATH`` (which needs ``--deployment NAME``, the
+value of the ``deployment`` label) the flusher writes a Prometheus
+node-exporter textfile (node_exporter's textfile collector reads only files
+named ``*.prom``) once at start, after every pass, and a last time when it
+exits, for whatever reason, with ``running`` 0; it leaves that file in place,
+so that its counters stay visible.  Each write replaces the whole file
+(written to ``PATH.tmp.PID`` beside it, then renamed); the folder must exist.
+A file that cannot be written is said once on stderr and the flusher carries
+on.  Families, each with the label ``deployment``::
+
+    sparkserve_flusher_passes_total                  counter  passes done (skipped ones count)
+    sparkserve_flusher_freed_bytes_total             counter  page cache its passes freed, bytes
+    sparkserve_flusher_running                       gauge    1 while it runs, 0 once it exited
+    sparkserve_flusher_last_pass_timestamp_seconds   gauge    unix time the last pass ended; 0 before
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import math
 import os
+import re
 import signal
 import sys
 import time
@@ -44,6 +64,8 @@ DEFAULT_TIMEOUT_S = 3600.0
 DEFAULT_DROP_CACHES_PATH = "/proc/sys/vm/drop_caches"
 DEFAULT_MEMINFO_PATH = "/proc/meminfo"
 GIB = 1024**3
+# Docker's rule for container names, as the memory guard checks the deployment's name.
+NAME_PATTERN = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*")
 
 Reader = Callable[[str], Mapping[str, int]]
 
@@ -70,6 +92,8 @@ class Options:
     until_file: str | None
     timeout_s: float
     passes: int | None
+    metrics_path: str | None = None  # None: no metrics
+    deployment: str | None = None  # the metrics' deployment label; given with metrics_path
 
 
 @dataclass(frozen=True)
@@ -132,18 +156,155 @@ def should_flush(options: Options, before: Sample) -> bool:
     return before.cached > options.threshold_bytes
 
 
-def flush_pass(options: Options, number: int, read: Reader, sync: Callable[[], None]) -> bool:
-    """One pass; True when it flushed, False when the threshold skipped it."""
+@dataclass(frozen=True)
+class Flush:
+    """The memory before and after a pass that flushed."""
+
+    before: Sample
+    after: Sample
+
+    @property
+    def freed(self) -> int:
+        """The bytes of page cache the pass freed; 0 when the cache grew meanwhile."""
+        return max(0, self.before.cached - self.after.cached)
+
+    def line(self, number: int) -> str:
+        return (f"flusher: pass {number} freed {gib(self.freed)} of page cache "
+                f"(Cached {gib(self.before.cached)} -> {gib(self.after.cached)}); "
+                f"MemAvailable {gib(self.after.available)}")
+
+
+def flush_pass(options: Options, read: Reader, sync: Callable[[], None]) -> Flush | None:
+    """One pass; None when the threshold skipped it."""
     before = take_sample(read, options.meminfo_path)
     if not should_flush(options, before):
-        return False
+        return None
     sync()
     drop_caches(options.drop_caches_path)
-    after = take_sample(read, options.meminfo_path)
-    freed = max(0, before.cached - after.cached)
-    log(f"flusher: pass {number} freed {gib(freed)} of page cache "
-        f"(Cached {gib(before.cached)} -> {gib(after.cached)}); MemAvailable {gib(after.available)}")
-    return True
+    return Flush(before, take_sample(read, options.meminfo_path))
+
+
+# --- metrics: a node_exporter textfile ------------------------------------------
+
+# One sample of a family: its labels (name -> value) and its value.
+MetricSample = tuple[Mapping[str, str], float]
+
+
+@dataclass(frozen=True)
+class MetricFamily:
+    """One family of Prometheus' text exposition format: name, type (gauge or counter), help, samples."""
+
+    name: str
+    kind: str
+    help: str
+    samples: Sequence[MetricSample]
+
+
+def escape_label_value(value: str) -> str:
+    """A label value as the text format quotes it: backslash, double quote and newline escaped."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def metric_value(value: float) -> str:
+    """A sample value: whole numbers without a fraction, the others as Python writes floats."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if isinstance(value, int) or (value.is_integer() and abs(value) < 2**53):
+        return str(int(value))
+    return repr(float(value))
+
+
+def exposition_text(families: Sequence[MetricFamily]) -> str:
+    """``# HELP`` and ``# TYPE`` of each family, then its samples; newline-terminated."""
+    lines: list[str] = []
+    for family in families:
+        help_text = family.help.replace("\\", "\\\\").replace("\n", "\\n")
+        lines.append(f"# HELP {family.name} {help_text}")
+        lines.append(f"# TYPE {family.name} {family.kind}")
+        for labels, value in family.samples:
+            pairs = ",".join(f'{key}="{escape_label_value(text)}"' for key, text in labels.items())
+            lines.append(f"{family.name}{{{pairs}}} {metric_value(value)}" if pairs
+                         else f"{family.name} {metric_value(value)}")
+    return "\n".join(lines) + "\n"
+
+
+class TextfileWriter:
+    """The metrics file node_exporter's textfile collector reads, replaced whole at each write.
+
+    The text goes to ``PATH.tmp.PID`` in the same folder (mode 0644), renamed onto PATH: a scrape
+    never sees half a file.  The folder is not created.  A write or removal that fails (a missing
+    folder, a full disk) is logged to stderr once, and again only after a write succeeded; the
+    program carries on without its metrics.
+    """
+
+    def __init__(self, path: str, who: str) -> None:
+        self.path = path
+        self.who = who
+        self.failing = False
+
+    def write(self, families: Sequence[MetricFamily]) -> bool:
+        """Replace the file; False when it could not be written."""
+        temporary = f"{self.path}.tmp.{os.getpid()}"
+        try:
+            try:
+                fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                with os.fdopen(fd, "w", encoding="utf-8") as out:
+                    os.fchmod(out.fileno(), 0o644)
+                    out.write(exposition_text(families))
+                os.replace(temporary, self.path)
+            except BaseException:
+                with contextlib.suppress(OSError, ValueError):
+                    os.unlink(temporary)
+                raise
+        except (OSError, ValueError) as err:
+            self.failed("write", err)
+            return False
+        self.failing = False
+        return True
+
+    def remove(self) -> None:
+        """Remove the file (a stopped program leaves no figures); a file already gone is fine."""
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError) as err:
+            self.failed("remove", err)
+
+    def failed(self, what: str, err: Exception) -> None:
+        if not self.failing:
+            why = getattr(err, "strerror", None) or str(err)
+            print(f"{self.who}: cannot {what} the metrics file {self.path}: {why}; carrying on without it",
+                  file=sys.stderr, flush=True)
+        self.failing = True
+
+
+@dataclass
+class Tally:
+    """What the flusher did so far, for its metrics."""
+
+    passes: int = 0
+    freed_bytes: int = 0
+    last_pass_at: float = 0.0  # unix time; 0 before the first pass
+
+
+def flusher_families(deployment: str, tally: Tally, running: bool) -> list[MetricFamily]:
+    labels = {"deployment": deployment}
+    return [
+        MetricFamily("sparkserve_flusher_passes_total", "counter",
+                     "Passes the flusher made since it started, those the threshold skipped included.",
+                     [(labels, tally.passes)]),
+        MetricFamily("sparkserve_flusher_freed_bytes_total", "counter",
+                     "Bytes of page cache the flusher's passes freed since it started.",
+                     [(labels, tally.freed_bytes)]),
+        MetricFamily("sparkserve_flusher_running", "gauge",
+                     "1 while the flusher runs, 0 once it exited.", [(labels, 1 if running else 0)]),
+        MetricFamily("sparkserve_flusher_last_pass_timestamp_seconds", "gauge",
+                     "Unix time the flusher's last pass ended; 0 before the first pass.",
+                     [(labels, tally.last_pass_at)]),
+    ]
 
 
 # --- the loop ---------------------------------------------------------------
@@ -177,29 +338,45 @@ def on_signal(signum: int, frame: FrameType | None) -> None:
 
 def run(options: Options, read: Reader = read_meminfo, sync: Callable[[], None] = os.sync,
         sleep: Callable[[float], None] = time.sleep,
-        clock: Callable[[], float] = time.monotonic) -> int:
+        clock: Callable[[], float] = time.monotonic, now: Callable[[], float] = time.time) -> int:
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     start = clock()
-    passes_done = 0
+    tally = Tally()
+    metrics = TextfileWriter(options.metrics_path, "flusher") if options.metrics_path is not None else None
+    deployment = options.deployment or ""
+
+    def write_metrics(running: bool) -> None:
+        if metrics is not None:
+            metrics.write(flusher_families(deployment, tally, running))
+
     log(describe(options))
     try:
+        write_metrics(running=True)
         while True:
-            reason = stop_reason(options, passes_done, clock() - start)
+            reason = stop_reason(options, tally.passes, clock() - start)
             if reason is not None:
-                log(f"flusher: stopping after {passes_done} passes: {reason}")
+                log(f"flusher: stopping after {tally.passes} passes: {reason}")
                 return 0
-            flush_pass(options, passes_done + 1, read, sync)
-            passes_done += 1
-            if options.passes is None or passes_done < options.passes:
+            flush = flush_pass(options, read, sync)
+            tally.passes += 1  # counted before it is logged: the log never runs ahead of the count
+            tally.freed_bytes += flush.freed if flush is not None else 0
+            tally.last_pass_at = now()
+            if flush is not None:
+                log(flush.line(tally.passes))
+            write_metrics(running=True)
+            if options.passes is None or tally.passes < options.passes:
                 remaining = options.timeout_s - (clock() - start)
                 sleep(max(0.0, min(options.interval_s, remaining)))
     except Terminated:
-        log(f"flusher: terminated after {passes_done} passes; exiting")
+        log(f"flusher: terminated after {tally.passes} passes; exiting")
         return 0
     except (FlushError, MeminfoError) as err:
         log(f"flusher: {err}")
         return 1
     finally:
+        for sig in previous:  # a second signal does not cut the last write short
+            signal.signal(sig, signal.SIG_IGN)
+        write_metrics(running=False)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
@@ -231,6 +408,19 @@ def pass_count(text: str) -> int:
     return whole_number(text, minimum=1)
 
 
+def file_path(text: str) -> str:
+    if not text or "\0" in text:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a file path")
+    return text
+
+
+def deployment_name(text: str) -> str:
+    if not NAME_PATTERN.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a name of letters, digits, '_', '.' and '-' that starts with a letter or digit")
+    return text
+
+
 def parse_args(argv: Sequence[str]) -> Options:
     parser = argparse.ArgumentParser(
         description="Sync and drop the page cache while the ranks load their weights.")
@@ -247,7 +437,14 @@ def parse_args(argv: Sequence[str]) -> Options:
                         help="stop after this many seconds (default 3600)")
     parser.add_argument("--passes", type=pass_count,
                         help="stop after this many passes")
+    parser.add_argument("--metrics-path", type=file_path,
+                        help="write a node-exporter textfile (*.prom) here at start, after every pass and at exit "
+                             "(needs --deployment)")
+    parser.add_argument("--deployment", type=deployment_name,
+                        help="the deployment's name, the metrics' deployment label")
     args = parser.parse_args(argv)
+    if args.metrics_path is not None and args.deployment is None:
+        parser.error("--metrics-path needs --deployment NAME (the metrics' deployment label)")
     if args.mode == "threshold" and args.threshold_bytes is None:
         parser.error("--mode threshold needs --threshold-bytes")
     if args.mode == "unconditional" and args.threshold_bytes is not None:
@@ -256,6 +453,7 @@ def parse_args(argv: Sequence[str]) -> Options:
         mode=args.mode, interval_s=args.interval_s, threshold_bytes=args.threshold_bytes,
         drop_caches_path=args.drop_caches_path, meminfo_path=args.meminfo_path,
         until_file=args.until_file, timeout_s=args.timeout_s, passes=args.passes,
+        metrics_path=args.metrics_path, deployment=args.deployment,
     )
 
 

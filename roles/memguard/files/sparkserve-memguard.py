@@ -37,9 +37,39 @@ Config (JSON object; unknown keys are refused)::
      "interval_s": 1.0,                # seconds between two samples
      "meminfo_path": "/proc/meminfo",
      "events_path": "/var/lib/sparkserve/memguard/glm53.events.jsonl",
-     "docker_command": ["docker"]}     # the docker client (tests give a fake one)
+     "docker_command": ["docker"],     # the docker client (tests give a fake one)
+     "metrics_path": "/var/lib/node_exporter/textfile/sparkserve-memguard-glm53.prom",
+                                       # non-empty string; absent or null: no metrics
+     "metrics_interval_s": 15}         # number > 0: seconds between two metrics writes
 
 ``events_path`` defaults to ``/var/lib/sparkserve/memguard/DEPLOYMENT.events.jsonl``.
+
+Metrics: with ``metrics_path`` the guard writes a Prometheus node-exporter
+textfile (node_exporter's textfile collector reads only files named ``*.prom``)
+at its first sample, then at most every ``metrics_interval_s`` seconds (default
+15), with the figures of the sample just taken.  Each write replaces the whole
+file (written to ``PATH.tmp.PID`` beside it, then renamed); the folder must
+exist.  A file that cannot be written is said once on stderr and the guard
+carries on.  SIGTERM (or SIGINT) removes the file: a stopped guard leaves no
+figures; an exit with status 1 leaves it, its timestamp no longer moving, and
+``--once`` leaves the file of its one sample.  Families, each with the label
+``deployment``::
+
+    sparkserve_memguard_floor_bytes                   gauge    floor_bytes
+    sparkserve_memguard_mem_available_bytes           gauge    MemAvailable read from meminfo_path
+    sparkserve_memguard_mem_free_bytes                gauge    MemFree read from meminfo_path
+    sparkserve_memguard_actions_total                 counter  kills or stops run since the guard
+                                                               started (failed ones included)
+    sparkserve_memguard_rank_running                  gauge    label container too: 1 when docker
+                                                               says the container runs, 0 when it
+                                                               does not run or does not exist; no
+                                                               sample when docker cannot tell
+    sparkserve_memguard_last_sample_timestamp_seconds gauge    unix time of the sample
+
+The container's state for ``rank_running`` is asked (``docker container
+inspect``, as when the guard is due) at each metrics write only, and not
+while a sample is below the floor (docker may be slow then; the write leaves
+the sample out).
 
 Behaviour:
 
@@ -72,8 +102,10 @@ go to stderr.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import enum
 import json
+import math
 import os
 import re
 import signal
@@ -96,13 +128,15 @@ ACTIONS = ("kill", "stop")
 ACTION_DONE = {"kill": "killed", "stop": "stopped"}
 ACTION_FAILED = {"kill": "kill-failed", "stop": "stop-failed"}
 REQUIRED_KEYS = ("deployment", "container", "floor_bytes", "samples", "watch")
-OPTIONAL_KEYS = ("action", "stop_grace_s", "interval_s", "meminfo_path", "events_path", "docker_command")
+OPTIONAL_KEYS = ("action", "stop_grace_s", "interval_s", "meminfo_path", "events_path", "docker_command",
+                 "metrics_path", "metrics_interval_s")
 DEFAULT_ACTION = "kill"
 DEFAULT_STOP_GRACE_S = 10
 DEFAULT_INTERVAL_S = 1.0
 DEFAULT_MEMINFO_PATH = "/proc/meminfo"
 DEFAULT_EVENTS_DIR = "/var/lib/sparkserve/memguard"
 DEFAULT_DOCKER_COMMAND = ("docker",)
+DEFAULT_METRICS_INTERVAL_S = 15.0
 # Docker's rule for container names; the deployment name becomes a file name.
 NAME_PATTERN = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*")
 # What docker says of a container that does not exist (the daemon's words, or the CLI's).
@@ -148,6 +182,8 @@ class Config:
     meminfo_path: str
     events_path: str
     docker_command: tuple[str, ...]
+    metrics_path: str | None = None  # None: no metrics
+    metrics_interval_s: float = DEFAULT_METRICS_INTERVAL_S
 
 
 # A command's exit status, stdout and stderr; the runner is given the argv and a timeout in seconds.
@@ -240,6 +276,25 @@ def _docker_command(raw: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _metrics_path(raw: Mapping[str, Any]) -> str | None:
+    value = raw.get("metrics_path")
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or "\0" in value:
+        raise ConfigError(
+            f"metrics_path is {json.dumps(value)}; set the path of the node-exporter textfile, like "
+            "/var/lib/node_exporter/textfile/sparkserve-memguard-glm53.prom, or null for no metrics"
+        )
+    return value
+
+
+def _metrics_interval_s(raw: Mapping[str, Any]) -> float:
+    value = raw.get("metrics_interval_s", DEFAULT_METRICS_INTERVAL_S)
+    if not _is_number(value) or not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"metrics_interval_s is {json.dumps(value)}; set a number of seconds above 0")
+    return float(value)
+
+
 def parse_config(raw: object) -> Config:
     """Validate a decoded config object and fill in the defaults."""
     if not isinstance(raw, dict):
@@ -267,6 +322,8 @@ def parse_config(raw: object) -> Config:
         meminfo_path=_path(raw, "meminfo_path", DEFAULT_MEMINFO_PATH),
         events_path=_path(raw, "events_path", default_events),
         docker_command=_docker_command(raw),
+        metrics_path=_metrics_path(raw),
+        metrics_interval_s=_metrics_interval_s(raw),
     )
 
 
@@ -453,6 +510,141 @@ def act_on_container(config: Config, values: Mapping[str, int], runner: Runner) 
             f"{err.strerror}")
 
 
+# --- metrics: a node_exporter textfile ------------------------------------------
+
+# One sample of a family: its labels (name -> value) and its value.
+MetricSample = tuple[Mapping[str, str], float]
+
+
+@dataclass(frozen=True)
+class MetricFamily:
+    """One family of Prometheus' text exposition format: name, type (gauge or counter), help, samples."""
+
+    name: str
+    kind: str
+    help: str
+    samples: Sequence[MetricSample]
+
+
+def escape_label_value(value: str) -> str:
+    """A label value as the text format quotes it: backslash, double quote and newline escaped."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def metric_value(value: float) -> str:
+    """A sample value: whole numbers without a fraction, the others as Python writes floats."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if isinstance(value, int) or (value.is_integer() and abs(value) < 2**53):
+        return str(int(value))
+    return repr(float(value))
+
+
+def exposition_text(families: Sequence[MetricFamily]) -> str:
+    """``# HELP`` and ``# TYPE`` of each family, then its samples; newline-terminated."""
+    lines: list[str] = []
+    for family in families:
+        help_text = family.help.replace("\\", "\\\\").replace("\n", "\\n")
+        lines.append(f"# HELP {family.name} {help_text}")
+        lines.append(f"# TYPE {family.name} {family.kind}")
+        for labels, value in family.samples:
+            pairs = ",".join(f'{key}="{escape_label_value(text)}"' for key, text in labels.items())
+            lines.append(f"{family.name}{{{pairs}}} {metric_value(value)}" if pairs
+                         else f"{family.name} {metric_value(value)}")
+    return "\n".join(lines) + "\n"
+
+
+class TextfileWriter:
+    """The metrics file node_exporter's textfile collector reads, replaced whole at each write.
+
+    The text goes to ``PATH.tmp.PID`` in the same folder (mode 0644), renamed onto PATH: a scrape
+    never sees half a file.  The folder is not created.  A write or removal that fails (a missing
+    folder, a full disk) is logged to stderr once, and again only after a write succeeded; the
+    program carries on without its metrics.
+    """
+
+    def __init__(self, path: str, who: str) -> None:
+        self.path = path
+        self.who = who
+        self.failing = False
+
+    def write(self, families: Sequence[MetricFamily]) -> bool:
+        """Replace the file; False when it could not be written."""
+        temporary = f"{self.path}.tmp.{os.getpid()}"
+        try:
+            try:
+                fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                with os.fdopen(fd, "w", encoding="utf-8") as out:
+                    os.fchmod(out.fileno(), 0o644)
+                    out.write(exposition_text(families))
+                os.replace(temporary, self.path)
+            except BaseException:
+                with contextlib.suppress(OSError, ValueError):
+                    os.unlink(temporary)
+                raise
+        except (OSError, ValueError) as err:
+            self.failed("write", err)
+            return False
+        self.failing = False
+        return True
+
+    def remove(self) -> None:
+        """Remove the file (a stopped program leaves no figures); a file already gone is fine."""
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError) as err:
+            self.failed("remove", err)
+
+    def failed(self, what: str, err: Exception) -> None:
+        if not self.failing:
+            why = getattr(err, "strerror", None) or str(err)
+            print(f"{self.who}: cannot {what} the metrics file {self.path}: {why}; carrying on without it",
+                  file=sys.stderr, flush=True)
+        self.failing = True
+
+
+def rank_running_value(state: ContainerState) -> int | None:
+    """rank_running: 1 running, 0 not running or absent, None (no sample) when docker cannot tell."""
+    if state is ContainerState.RUNNING:
+        return 1
+    if state in (ContainerState.NOT_RUNNING, ContainerState.ABSENT):
+        return 0
+    return None
+
+
+def memguard_families(config: Config, values: Mapping[str, int], actions: int, rank_running: int | None,
+                      sampled_at: float) -> list[MetricFamily]:
+    """The guard's metrics for one sample (values: the sample's meminfo, in bytes)."""
+    deployment = {"deployment": config.deployment}
+
+    def meminfo(key: str) -> list[MetricSample]:
+        return [(deployment, values[key])] if key in values else []
+
+    running: list[MetricSample] = ([] if rank_running is None
+                                   else [({**deployment, "container": config.container}, rank_running)])
+    return [
+        MetricFamily("sparkserve_memguard_floor_bytes", "gauge",
+                     "The guard's floor in bytes: it acts when a watched value stays below it.",
+                     [(deployment, config.floor_bytes)]),
+        MetricFamily("sparkserve_memguard_mem_available_bytes", "gauge",
+                     "MemAvailable in bytes, as the guard read it from its meminfo file.", meminfo("MemAvailable")),
+        MetricFamily("sparkserve_memguard_mem_free_bytes", "gauge",
+                     "MemFree in bytes, as the guard read it from its meminfo file.", meminfo("MemFree")),
+        MetricFamily("sparkserve_memguard_actions_total", "counter",
+                     "Kills or stops of the rank container the guard ran since it started, failed ones included.",
+                     [(deployment, actions)]),
+        MetricFamily("sparkserve_memguard_rank_running", "gauge",
+                     "1 when docker says the rank container runs, 0 when it does not run or does not exist; "
+                     "no sample when docker cannot tell.", running),
+        MetricFamily("sparkserve_memguard_last_sample_timestamp_seconds", "gauge",
+                     "Unix time of the sample these figures come from.", [(deployment, sampled_at)]),
+    ]
+
+
 # --- the loop ---------------------------------------------------------------
 
 
@@ -476,17 +668,25 @@ class Shutdown:
 class Watch:
     """The guard's state across samples: the count, and the container's state last seen when due."""
 
-    def __init__(self, config: Config, runner: Runner) -> None:
+    def __init__(self, config: Config, runner: Runner, clock: Callable[[], float] = time.monotonic,
+                 now: Callable[[], float] = time.time) -> None:
         self.config = config
         self.runner = runner
+        self.clock = clock  # for the metrics interval
+        self.now = now  # the unix time of a sample
         self.guard = Guard(config.floor_bytes, config.samples, config.watch)
         self.shutdown = Shutdown()
         self.container_seen: ContainerState | None = None
+        self.actions = 0
+        self.metrics = (TextfileWriter(config.metrics_path, f"memguard {config.deployment}")
+                        if config.metrics_path is not None else None)
+        self.metrics_written_at: float | None = None
 
     def observe_once(self) -> None:
         """Take one sample, log a change of state, act on the container when due and it runs."""
         config, guard = self.config, self.guard
         values = read_meminfo(config.meminfo_path)
+        sampled_at = self.now()
         missing = [key for key in guard.keys if key not in values]
         if missing:
             raise MeminfoError(f"{config.meminfo_path} has no {missing[0]} value")
@@ -500,6 +700,26 @@ class Watch:
             log(f"memguard {config.deployment}: {describe(sample)}; back at or above the floor")
         if self.shutdown.requested:
             raise Terminated()
+        self.write_metrics(values, sampled_at)
+
+    def write_metrics(self, values: Mapping[str, int], sampled_at: float) -> None:
+        """Write the metrics file at the first sample, then once metrics_interval_s has passed."""
+        if self.metrics is None:
+            return
+        now = self.clock()
+        if self.metrics_written_at is not None and now - self.metrics_written_at < self.config.metrics_interval_s:
+            return
+        self.metrics_written_at = now
+        # While memory is low the guard's samples come first: no docker call (it may be slow then), so the
+        # figures are written without the rank's state.
+        state = (container_state(self.config, self.runner)[0] if self.guard.low_count == 0
+                 else ContainerState.UNKNOWN)
+        self.metrics.write(memguard_families(self.config, values, self.actions, rank_running_value(state),
+                                             sampled_at))
+
+    def remove_metrics(self) -> None:
+        if self.metrics is not None:
+            self.metrics.remove()
 
     def when_due(self, sample: Mapping[str, int]) -> None:
         """Act when the container runs (or docker cannot tell); otherwise say so once and keep watching."""
@@ -514,6 +734,7 @@ class Watch:
             self.shutdown.deferred = True
             try:
                 act_on_container(config, sample, self.runner)
+                self.actions += 1
             finally:
                 self.shutdown.deferred = False
             return
@@ -526,8 +747,9 @@ class Watch:
 
 
 def run(config: Config, once: bool, sleep: Callable[[float], None] = time.sleep,
-        runner: Runner = run_command) -> int:
-    watch = Watch(config, runner)
+        runner: Runner = run_command, clock: Callable[[], float] = time.monotonic,
+        now: Callable[[], float] = time.time) -> int:
+    watch = Watch(config, runner, clock=clock, now=now)
     shutdown = watch.shutdown
     previous = {sig: signal.signal(sig, shutdown.handle) for sig in (signal.SIGTERM, signal.SIGINT)}
     what = ("kill (docker kill)" if config.action == "kill"
@@ -543,6 +765,7 @@ def run(config: Config, once: bool, sleep: Callable[[float], None] = time.sleep,
             sleep(config.interval_s)
     except Terminated:
         shutdown.deferred = True
+        watch.remove_metrics()
         log(f"memguard {config.deployment}: terminated; exiting")
         return 0
     except MeminfoError as err:

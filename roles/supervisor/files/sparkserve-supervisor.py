@@ -60,9 +60,11 @@ Config (JSON object, unknown keys refused)::
      "api_base": "http://127.0.0.1:8000",
      "pause_file": "/etc/sparkserve/supervisor/lab-tp2.paused",
      "flusher_unit": "sparkserve-flusher@lab-tp2.service",
-     "memguard_unit": "sparkserve-memguard@lab-tp2.service"}
+     "memguard_unit": "sparkserve-memguard@lab-tp2.service",
+     "metrics_path": "/var/lib/node_exporter/textfile/sparkserve-supervisor-lab-tp2.prom"}
 
-``pause_file``, ``flusher_unit`` and ``memguard_unit`` may be left out.  While the pause file
+``pause_file``, ``flusher_unit``, ``memguard_unit`` and ``metrics_path`` may be
+left out.  While the pause file
 exists the supervisor does nothing (an operator working on the nodes creates
 it).  The flusher unit, when given, is started on every node before the ranks
 start again and stopped once they are ready (or the attempt ends), as the
@@ -111,6 +113,30 @@ kept: a restarted supervisor finds its fault again) and the logs saved before
 each restart, ``DEPLOYMENT/logs/TIME/rankN-NODE.log``.  The restart counts are
 those of the current render (a launch sets them to 0).
 
+Metrics: with ``metrics_path`` (an absolute path) the supervisor writes a
+Prometheus node-exporter textfile (node_exporter's textfile collector reads
+only files named ``*.prom``) after every step and whenever its state changes
+(each phase of a heal, too).  Each write replaces the whole file (written to
+``PATH.tmp.PID`` beside it, then renamed); the folder must exist.  A file that
+cannot be written is said once on stderr and the supervisor carries on.
+SIGTERM (or SIGINT) removes the file: a stopped supervisor leaves no figures;
+an exit with status 1 leaves it, its timestamp no longer moving, and
+``--once`` leaves the file of its one step.  Families, each with the label
+``deployment``::
+
+    sparkserve_supervisor_state                        gauge    label state too: one sample per
+                                                                state name, 1 for the current one
+    sparkserve_supervisor_restarts_total               counter  heal attempts (every rank restarted)
+                                                                made since it started, plus the
+                                                                restarts_total of the state file it
+                                                                started from
+    sparkserve_supervisor_paused                       gauge    1 when the pause file exists, else 0
+    sparkserve_supervisor_last_check_timestamp_seconds gauge    unix time the last step began
+
+The state names (the start of the states above): starting, waiting for a
+launch, disabled, watching, paused (by the lock or by the operator's pause
+file), waiting for nodes, healing, backing off, needs attention, needs reboot.
+
 SIGTERM ends a heal where it is (the lock is given back); the supervisor, when
 it runs again, finds the ranks stopped and heals them.
 
@@ -126,6 +152,7 @@ import contextlib
 import fcntl
 import http.client
 import json
+import math
 import os
 import re
 import secrets
@@ -149,7 +176,11 @@ CONFIG_KEYS = ("deployment", "render_path", "head", "nodes", "rank_hosts", "ssh_
 UNIT_PATTERN = re.compile(r"[A-Za-z0-9:_.@-]+\.service")
 # Keys that may be left out: an operator's pause file, the page-cache flusher unit run on every node during
 # a restart's load, and the memory guard's unit armed on every node before the ranks, as the launch does.
-OPTIONAL_CONFIG_KEYS = ("pause_file", "flusher_unit", "memguard_unit")
+# And the node-exporter textfile of its metrics.
+OPTIONAL_CONFIG_KEYS = ("pause_file", "flusher_unit", "memguard_unit", "metrics_path")
+# The names of the supervisor's states, as each state's text starts: the metrics' state label.
+STATE_NAMES = ("starting", "waiting for a launch", "disabled", "watching", "paused", "waiting for nodes",
+               "healing", "backing off", "needs attention", "needs reboot")
 # What recipe.supervise holds; the role fills these in, a render of an older launch may lack them.
 SUPERVISE_DEFAULTS: dict[str, Any] = {
     "enabled": True, "interval_s": 15, "probe_timeout_s": 30, "failures_before_heal": 3,
@@ -233,6 +264,7 @@ class Config:
     pause_file: str | None = None
     flusher_unit: str | None = None
     memguard_unit: str | None = None
+    metrics_path: str | None = None
 
 
 def _is_int(value: object) -> bool:
@@ -347,6 +379,7 @@ def parse_config(raw: object) -> Config:
         pause_file=_absolute_path(raw, "pause_file") if raw.get("pause_file") is not None else None,
         flusher_unit=_unit(raw, "flusher_unit"),
         memguard_unit=_unit(raw, "memguard_unit"),
+        metrics_path=_absolute_path(raw, "metrics_path") if raw.get("metrics_path") is not None else None,
     )
 
 
@@ -1003,6 +1036,129 @@ class Shutdown:
             raise Terminated()
 
 
+# --- metrics: a node_exporter textfile ------------------------------------------
+
+# One sample of a family: its labels (name -> value) and its value.
+MetricSample = tuple[Mapping[str, str], float]
+
+
+@dataclass(frozen=True)
+class MetricFamily:
+    """One family of Prometheus' text exposition format: name, type (gauge or counter), help, samples."""
+
+    name: str
+    kind: str
+    help: str
+    samples: Sequence[MetricSample]
+
+
+def escape_label_value(value: str) -> str:
+    """A label value as the text format quotes it: backslash, double quote and newline escaped."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def metric_value(value: float) -> str:
+    """A sample value: whole numbers without a fraction, the others as Python writes floats."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if isinstance(value, int) or (value.is_integer() and abs(value) < 2**53):
+        return str(int(value))
+    return repr(float(value))
+
+
+def exposition_text(families: Sequence[MetricFamily]) -> str:
+    """``# HELP`` and ``# TYPE`` of each family, then its samples; newline-terminated."""
+    lines: list[str] = []
+    for family in families:
+        help_text = family.help.replace("\\", "\\\\").replace("\n", "\\n")
+        lines.append(f"# HELP {family.name} {help_text}")
+        lines.append(f"# TYPE {family.name} {family.kind}")
+        for labels, value in family.samples:
+            pairs = ",".join(f'{key}="{escape_label_value(text)}"' for key, text in labels.items())
+            lines.append(f"{family.name}{{{pairs}}} {metric_value(value)}" if pairs
+                         else f"{family.name} {metric_value(value)}")
+    return "\n".join(lines) + "\n"
+
+
+class TextfileWriter:
+    """The metrics file node_exporter's textfile collector reads, replaced whole at each write.
+
+    The text goes to ``PATH.tmp.PID`` in the same folder (mode 0644), renamed onto PATH: a scrape
+    never sees half a file.  The folder is not created.  A write or removal that fails (a missing
+    folder, a full disk) is logged to stderr once, and again only after a write succeeded; the
+    program carries on without its metrics.
+    """
+
+    def __init__(self, path: str, who: str) -> None:
+        self.path = path
+        self.who = who
+        self.failing = False
+
+    def write(self, families: Sequence[MetricFamily]) -> bool:
+        """Replace the file; False when it could not be written."""
+        temporary = f"{self.path}.tmp.{os.getpid()}"
+        try:
+            try:
+                fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                with os.fdopen(fd, "w", encoding="utf-8") as out:
+                    os.fchmod(out.fileno(), 0o644)
+                    out.write(exposition_text(families))
+                os.replace(temporary, self.path)
+            except BaseException:
+                with contextlib.suppress(OSError, ValueError):
+                    os.unlink(temporary)
+                raise
+        except (OSError, ValueError) as err:
+            self.failed("write", err)
+            return False
+        self.failing = False
+        return True
+
+    def remove(self) -> None:
+        """Remove the file (a stopped program leaves no figures); a file already gone is fine."""
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError) as err:
+            self.failed("remove", err)
+
+    def failed(self, what: str, err: Exception) -> None:
+        if not self.failing:
+            why = getattr(err, "strerror", None) or str(err)
+            print(f"{self.who}: cannot {what} the metrics file {self.path}: {why}; carrying on without it",
+                  file=sys.stderr, flush=True)
+        self.failing = True
+
+
+def state_name(state: str) -> str | None:
+    """The name of a state (the start of its text, one of STATE_NAMES); None for a text of no state."""
+    for name in STATE_NAMES:
+        if state == name or (state.startswith(name) and state[len(name)] in " :("):
+            return name
+    return None
+
+
+def supervisor_families(deployment: str, state: str, restarts: int, paused: bool,
+                        checked_at: float) -> list[MetricFamily]:
+    labels = {"deployment": deployment}
+    current = state_name(state)
+    return [
+        MetricFamily("sparkserve_supervisor_state", "gauge",
+                     "1 for the supervisor's current state, 0 for the others.",
+                     [({**labels, "state": name}, 1 if name == current else 0) for name in STATE_NAMES]),
+        MetricFamily("sparkserve_supervisor_restarts_total", "counter",
+                     "Heal attempts (every rank restarted) the supervisor made since it started, plus those "
+                     "its state file recorded when it started.", [(labels, restarts)]),
+        MetricFamily("sparkserve_supervisor_paused", "gauge",
+                     "1 when the operator's pause file exists, else 0.", [(labels, 1 if paused else 0)]),
+        MetricFamily("sparkserve_supervisor_last_check_timestamp_seconds", "gauge",
+                     "Unix time the supervisor's last check began.", [(labels, checked_at)]),
+    ]
+
+
 # --- the supervisor -------------------------------------------------------------
 
 
@@ -1043,6 +1199,12 @@ class Supervisor:
         self.last_check: float | None = None
         self.last_event: dict[str, Any] | None = None
         self.restore()
+        # The metrics: the restarts the state file recorded, those of this run, and when a step began.
+        self.restarts_at_start = self.restarts_total
+        self.restarts_this_run = 0
+        self.checked_at = 0.0
+        self.metrics = (TextfileWriter(config.metrics_path, f"supervisor {config.deployment}")
+                        if config.metrics_path is not None else None)
 
     # --- state and events
 
@@ -1082,7 +1244,22 @@ class Supervisor:
         if state != self.state:
             self.state, self.state_since = state, self.clock()
             log(f"supervisor {self.config.deployment}: {state}")
+            self.save_state()
+            self.write_metrics()
+            return
         self.save_state()
+
+    def write_metrics(self) -> None:
+        if self.metrics is None:
+            return
+        pause_file = self.config.pause_file
+        self.metrics.write(supervisor_families(
+            self.config.deployment, self.state, self.restarts_at_start + self.restarts_this_run,
+            pause_file is not None and os.path.exists(pause_file), self.checked_at))
+
+    def remove_metrics(self) -> None:
+        if self.metrics is not None:
+            self.metrics.remove()
 
     def record(self, event: str, **fields: Any) -> None:
         entry = {"time": iso(self.clock()), "deployment": self.config.deployment, "event": event,
@@ -1098,6 +1275,12 @@ class Supervisor:
 
     def step(self) -> float:
         """One check, and a heal when one is due; the seconds until the next step."""
+        self.checked_at = self.clock()
+        delay = self.check_step()
+        self.write_metrics()
+        return delay
+
+    def check_step(self) -> float:
         self.steps += 1
         try:
             render = read_render(self.config)
@@ -1263,6 +1446,7 @@ class Supervisor:
         attempt = Attempt(now, now)
         self.attempts.append(attempt)
         self.restarts_total += 1
+        self.restarts_this_run += 1
         self.pending = None
         try:
             outcome = self.attempt(render, cause, number, lease_s)
@@ -1446,6 +1630,8 @@ def run(config: Config, once: bool = False, runner: Runner = run_command, http: 
                 return 0
             sleep(delay)
     except Terminated:
+        shutdown.deferred = True
+        supervisor.remove_metrics()
         log(f"supervisor {config.deployment}: terminated; exiting")
         return 0
     except OSError as err:
