@@ -1,4 +1,4 @@
-"""Make the project's collection (sparkserve.deploy) importable in tests."""
+"""Make the project's collection (sparkserve.deploy) and the node programs' module importable in tests."""
 
 from __future__ import annotations
 
@@ -14,6 +14,12 @@ if COLLECTIONS not in sys.path:
 ROOT = str(Path(__file__).resolve().parents[1])
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+
+# The module the node programs (roles/*/files/sparkserve-*.py) import: on a node it sits beside them, in the
+# tests the programs are loaded from their roles, so its folder goes on the path.
+NODE_LIBRARY = str(Path(__file__).resolve().parents[1] / "roles" / "sparkserve" / "files")
+if NODE_LIBRARY not in sys.path:
+    sys.path.insert(0, NODE_LIBRARY)
 
 
 @pytest.fixture

@@ -153,7 +153,11 @@ def test_a_role_reading_a_shared_variable_depends_on_the_shared_role(role: str) 
 
 
 def test_the_shared_role_is_defaults_only_and_every_name_is_read() -> None:
-    assert sorted(p.name for p in (ROLES / SHARED).iterdir() if p.is_dir()) == ["defaults", "meta"]
+    assert sorted(p.name for p in (ROLES / SHARED).iterdir() if p.is_dir()) == ["defaults", "files", "meta"]
+    # files/ holds only the module the node programs import (sparkserve_node_library); the roles that run those
+    # programs install it, this one has no tasks.
+    assert sorted(p.name for p in (ROLES / SHARED / "files").iterdir() if p.name != "__pycache__") == [
+        "sparkserve_textfile.py"]
     names = shared_names()
     assert all(name.startswith(SHARED + "_") for name in names)
     by_roles = set().union(*(reads(role, names) for role in ROLE_NAMES if role != SHARED))

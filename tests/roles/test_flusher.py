@@ -12,15 +12,20 @@ from typing import Any, Callable, Iterator, Mapping
 
 import pytest
 
-from tests.roles import exposition
+from tests.roles import exposition, node_layout
 from tests.scripts import load_script
 
-SCRIPT = Path(__file__).resolve().parents[2] / "roles/flusher/files/sparkserve-flusher.py"
+PROGRAM = "roles/flusher/files/sparkserve-flusher.py"
 GIB = 1024**3
 
 
 def load_module() -> ModuleType:
-    return load_script("roles/flusher/files/sparkserve-flusher.py", "sparkserve_flusher")
+    return load_script(PROGRAM, "sparkserve_flusher")
+
+
+def installed(tmp_path: Path) -> str:
+    """The flusher as a node has it, beside sparkserve_textfile in a folder of its own; its path."""
+    return str(node_layout.install(tmp_path / "node", PROGRAM))
 
 
 flusher = load_module()
@@ -194,7 +199,7 @@ def test_no_permission_exits_1_and_says_to_run_as_root(
 
 def test_the_program_exits_1_on_an_unwritable_path(tmp_path: Path) -> None:
     (tmp_path / "meminfo").write_text(meminfo_text(GIB, GIB), encoding="ascii")
-    done = subprocess.run([sys.executable, str(SCRIPT), "--meminfo-path", str(tmp_path / "meminfo"),
+    done = subprocess.run([sys.executable, installed(tmp_path), "--meminfo-path", str(tmp_path / "meminfo"),
                            "--drop-caches-path", str(tmp_path / "absent" / "drop_caches")],
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 1
@@ -241,7 +246,7 @@ def test_the_defaults(tmp_path: Path) -> None:
 def run_program(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
     (tmp_path / "meminfo").write_text(meminfo_text(GIB, GIB), encoding="ascii")
     return subprocess.Popen(
-        [sys.executable, str(SCRIPT), "--meminfo-path", str(tmp_path / "meminfo"),
+        [sys.executable, installed(tmp_path), "--meminfo-path", str(tmp_path / "meminfo"),
          "--drop-caches-path", str(tmp_path / "drop_caches"), "--interval-s", "0.02", *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -453,7 +458,7 @@ def test_bad_metrics_arguments_exit_2(capsys: pytest.CaptureFixture[str], args: 
 
 def test_the_program_refuses_metrics_path_without_deployment(tmp_path: Path) -> None:
     path = metrics_file(tmp_path)
-    done = subprocess.run([sys.executable, str(SCRIPT), "--metrics-path", str(path)],
+    done = subprocess.run([sys.executable, installed(tmp_path), "--metrics-path", str(path)],
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 2
     assert done.stdout == ""
@@ -476,11 +481,3 @@ def test_the_program_keeps_its_file_with_running_0_after_sigterm(tmp_path: Path)
     assert running == 0
     assert before <= last_pass <= time.time()
     assert exposition.leftovers(path) == []
-
-
-def test_label_values_are_escaped_and_read_back() -> None:
-    weird = 'a\\b"c\nd'
-    assert flusher.escape_label_value(weird) == 'a\\\\b\\"c\\nd'
-    text = flusher.exposition_text([flusher.MetricFamily("x_total", "counter", "X.", [({"deployment": weird}, 2)])])
-    assert text == '# HELP x_total X.\n# TYPE x_total counter\nx_total{deployment="a\\\\b\\"c\\nd"} 2\n'
-    assert exposition.parse(text)["x_total"].samples == [({"deployment": weird}, 2.0)]

@@ -15,10 +15,10 @@ from typing import Any, Sequence
 
 import pytest
 
-from tests.roles import exposition
+from tests.roles import exposition, node_layout
 from tests.scripts import load_script
 
-SCRIPT = Path(__file__).resolve().parents[2] / "roles/memguard/files/sparkserve-memguard.py"
+PROGRAM = "roles/memguard/files/sparkserve-memguard.py"
 GIB = 1024**3
 FLOOR = 8 * GIB
 HIGH = 20 * GIB
@@ -28,7 +28,12 @@ INSPECT = ["container", "inspect", "--format", "{{.State.Running}}", "glm53-r0"]
 
 
 def load_module() -> ModuleType:
-    return load_script("roles/memguard/files/sparkserve-memguard.py", "sparkserve_memguard")
+    return load_script(PROGRAM, "sparkserve_memguard")
+
+
+def installed(tmp_path: Path) -> str:
+    """The guard as a node has it, beside sparkserve_textfile in a folder of its own; its path."""
+    return str(node_layout.install(tmp_path / "node", PROGRAM))
 
 
 memguard = load_module()
@@ -382,7 +387,7 @@ def test_check_config_prints_ok_and_does_nothing_else(
 
 def test_a_bad_config_exits_2_as_a_program(tmp_path: Path) -> None:
     path = write_config(tmp_path, base_config(tmp_path, watch="Cached"))
-    done = subprocess.run([sys.executable, str(SCRIPT), "--config", str(path), "--check-config"],
+    done = subprocess.run([sys.executable, installed(tmp_path), "--config", str(path), "--check-config"],
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 2
     assert done.stdout == ""
@@ -392,7 +397,7 @@ def test_a_bad_config_exits_2_as_a_program(tmp_path: Path) -> None:
 
 def test_a_bad_action_is_refused_by_check_config_as_a_program(tmp_path: Path) -> None:
     path = write_config(tmp_path, base_config(tmp_path, action="terminate"))
-    done = subprocess.run([sys.executable, str(SCRIPT), "--config", str(path), "--check-config"],
+    done = subprocess.run([sys.executable, installed(tmp_path), "--config", str(path), "--check-config"],
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 2
     assert done.stdout == ""
@@ -655,7 +660,7 @@ def test_the_program_armed_before_its_rank_kills_it_within_one_sample_and_exits_
     feed = MeminfoFeed(tmp_path / "meminfo")
     config = base_config(tmp_path, samples=3, interval_s=0.05, docker_command=fake_docker(tmp_path, None))
     path = write_config(tmp_path, config)
-    guard = subprocess.Popen([sys.executable, str(SCRIPT), "--config", str(path)],
+    guard = subprocess.Popen([sys.executable, installed(tmp_path), "--config", str(path)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     feed.guard = guard
     try:
@@ -897,47 +902,6 @@ def test_a_missing_folder_is_said_once_on_stderr_and_the_guard_carries_on(
     assert not (tmp_path / "absent").exists()
 
 
-def test_writes_resume_when_the_folder_appears_and_a_new_failure_is_said_again(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    folder = tmp_path / "textfile"
-    writer = memguard.TextfileWriter(str(folder / "m.prom"), "memguard glm53")
-    family = memguard.MetricFamily("sparkserve_memguard_floor_bytes", "gauge", "The floor.", [(DEP, 1)])
-    assert writer.write([family]) is False
-    assert writer.write([family]) is False
-    folder.mkdir()
-    assert writer.write([family]) is True
-    assert exposition.read(folder / "m.prom")["sparkserve_memguard_floor_bytes"].value(**DEP) == 1
-    (folder / "m.prom").unlink()
-    (folder / "m.prom").mkdir()  # nothing can be renamed onto a folder, not even by root
-    assert writer.write([family]) is False
-    assert writer.write([family]) is False
-    err = capsys.readouterr().err.splitlines()
-    assert len(err) == 2
-    assert err[0] == (f"memguard glm53: cannot write the metrics file {folder / 'm.prom'}: No such file or "
-                      "directory; carrying on without it")
-    assert err[1].endswith("Is a directory; carrying on without it")
-    assert exposition.leftovers(folder / "m.prom") == []
-
-
-def test_label_values_are_escaped_and_read_back() -> None:
-    weird = 'a\\b"c\nd'
-    assert memguard.escape_label_value(weird) == 'a\\\\b\\"c\\nd'
-    text = memguard.exposition_text([
-        memguard.MetricFamily("x_total", "counter", "Help with a \\ and a\nnewline.",
-                              [({"deployment": weird, "container": "c"}, 3)]),
-        memguard.MetricFamily("y", "gauge", "Nothing to say.", []),
-        memguard.MetricFamily("z_seconds", "gauge", "Time.", [({"deployment": "d"}, 1.5)]),
-    ])
-    assert text == ('# HELP x_total Help with a \\\\ and a\\nnewline.\n# TYPE x_total counter\n'
-                    'x_total{deployment="a\\\\b\\"c\\nd",container="c"} 3\n'
-                    "# HELP y Nothing to say.\n# TYPE y gauge\n"
-                    '# HELP z_seconds Time.\n# TYPE z_seconds gauge\nz_seconds{deployment="d"} 1.5\n')
-    families = exposition.parse(text)
-    assert families["x_total"].samples == [({"deployment": weird, "container": "c"}, 3.0)]
-    assert families["y"].samples == []
-
-
 def test_the_metrics_keys_and_their_defaults(tmp_path: Path) -> None:
     config = memguard.parse_config(base_config(tmp_path))
     assert (config.metrics_path, config.metrics_interval_s) == (None, 15.0)
@@ -1001,11 +965,12 @@ def test_the_program_writes_its_file_and_removes_it_on_sigterm(tmp_path: Path) -
     write_meminfo(tmp_path / "meminfo", HIGH, HIGH)
     config = write_config(tmp_path, base_config(tmp_path, docker_command=[sys.executable, str(docker)],
                                                 metrics_path=str(path), metrics_interval_s=0.05))
-    check = subprocess.run([sys.executable, str(SCRIPT), "--config", str(config), "--check-config"],
+    program = installed(tmp_path)
+    check = subprocess.run([sys.executable, program, "--config", str(config), "--check-config"],
                            capture_output=True, text=True, timeout=30)
     assert (check.returncode, check.stdout, check.stderr) == (0, "OK\n", "")
     assert not path.exists()  # --check-config writes nothing
-    guard = subprocess.Popen([sys.executable, str(SCRIPT), "--config", str(config)],
+    guard = subprocess.Popen([sys.executable, program, "--config", str(config)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60

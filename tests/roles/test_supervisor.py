@@ -25,11 +25,17 @@ from urllib.parse import urlsplit
 import pytest
 
 from ansible_collections.sparkserve.deploy.plugins.modules import deployment_lock
-from tests.roles import exposition
+from tests.roles import exposition, node_layout
 from tests.scripts import load_script
 
-SCRIPT = Path(__file__).resolve().parents[2] / "roles/supervisor/files/sparkserve-supervisor.py"
-sv = load_script("roles/supervisor/files/sparkserve-supervisor.py", "sparkserve_supervisor")
+PROGRAM = "roles/supervisor/files/sparkserve-supervisor.py"
+sv = load_script(PROGRAM, "sparkserve_supervisor")
+
+
+def installed(tmp_path: Path) -> str:
+    """The supervisor as a node has it, beside sparkserve_textfile in a folder of its own; its path."""
+    return str(node_layout.install(tmp_path / "node", PROGRAM))
+
 
 GIB = 1024**3
 START = 1_800_000_000.0
@@ -957,11 +963,12 @@ def test_check_config_prints_ok_and_does_nothing_else(tmp_path: Path, capsys: py
 def test_as_a_program_check_config_says_ok_and_a_bad_config_exits_2(tmp_path: Path) -> None:
     path = tmp_path / "supervisor.json"
     path.write_text(json.dumps(config_data(tmp_path)), encoding="utf-8")
-    done = subprocess.run([sys.executable, str(SCRIPT), "--config", str(path), "--check-config"],
+    program = installed(tmp_path)
+    done = subprocess.run([sys.executable, program, "--config", str(path), "--check-config"],
                           capture_output=True, text=True, check=False)
     assert (done.returncode, done.stdout, done.stderr) == (0, "OK\n", "")
     path.write_text(json.dumps({**config_data(tmp_path), "head": 1}), encoding="utf-8")
-    done = subprocess.run([sys.executable, str(SCRIPT), "--config", str(path), "--check-config"],
+    done = subprocess.run([sys.executable, program, "--config", str(path), "--check-config"],
                           capture_output=True, text=True, check=False)
     assert done.returncode == 2
     assert "head is 1; set one of the nodes" in done.stderr
@@ -1219,11 +1226,3 @@ def test_a_null_metrics_path_means_no_metrics(tmp_path: Path, capsys: pytest.Cap
     path.write_text(json.dumps({**config_data(tmp_path), "metrics_path": None}), encoding="utf-8")
     assert sv.main(["--config", str(path), "--check-config"]) == 0
     assert sv.load_config(str(path)).metrics_path is None
-
-
-def test_label_values_are_escaped_and_read_back() -> None:
-    weird = 'a\\b"c\nd'
-    assert sv.escape_label_value(weird) == 'a\\\\b\\"c\\nd'
-    text = sv.exposition_text([sv.MetricFamily("x", "gauge", "X.", [({"state": weird}, 1)])])
-    assert text == '# HELP x X.\n# TYPE x gauge\nx{state="a\\\\b\\"c\\nd"} 1\n'
-    assert exposition.parse(text)["x"].samples == [({"state": weird}, 1.0)]
