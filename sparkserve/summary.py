@@ -207,6 +207,20 @@ def reach_lines(endpoint: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def monitoring_lines(model: RunModel) -> list[str]:
+    """Where Prometheus is, when the run had the monitoring stage, and the tunnel to it on loopback."""
+    monitoring = _mapping(model.stats.get("sparkserve_monitoring"))
+    if not monitoring:
+        return []
+    server, url, port = monitoring.get("server"), monitoring.get("url"), monitoring.get("port")
+    lines = [f"Prometheus on {server} at {url}, {monitoring.get('targets_up')} targets up"]
+    if monitoring.get("loopback"):
+        host, user = monitoring.get("address") or server, monitoring.get("ssh_user")
+        target = f"{user}@{host}" if user else host
+        lines.append(f"  reach it from this machine: ssh -N -L {port}:127.0.0.1:{port} {target}")
+    return lines
+
+
 def endpoint_lines(model: RunModel) -> list[str]:
     """The summary after a successful up (or rollback): where it serves, what, and how to reach it."""
     endpoint = _mapping(model.stats.get("sparkserve_endpoint"))
@@ -241,7 +255,7 @@ def endpoint_lines(model: RunModel) -> list[str]:
     if model.stages:
         lines.append("  stages")
         lines += stage_lines(model)
-    return lines + reach_lines(endpoint)
+    return lines + reach_lines(endpoint) + monitoring_lines(model)
 
 
 def message_lines(model: RunModel) -> list[str]:

@@ -25,6 +25,7 @@ from sparkserve.summary import (
     failure_lines,
     follow_argv,
     logs_lines,
+    monitoring_lines,
     reach_lines,
     summary_json,
 )
@@ -129,6 +130,20 @@ def test_an_api_on_the_head_s_loopback_is_reached_through_an_ssh_tunnel() -> Non
     ]
     del endpoint["api_port"], endpoint["ssh_user"]
     assert reach_lines(endpoint)[1] == "  ssh -N -L 8443:127.0.0.1:8443 172.30.77.11"
+
+
+def test_after_a_run_with_the_monitoring_stage_the_summary_says_where_prometheus_is() -> None:
+    model = model_of("up_success")
+    assert monitoring_lines(model) == []
+    model.stats["sparkserve_monitoring"] = {"server": "spark-1", "url": "http://127.0.0.1:9090", "port": 9090,
+                                           "loopback": True, "address": "172.30.77.11", "ssh_user": "root",
+                                           "targets_up": 4}
+    assert endpoint_lines(model)[-2:] == [
+        "Prometheus on spark-1 at http://127.0.0.1:9090, 4 targets up",
+        "  reach it from this machine: ssh -N -L 9090:127.0.0.1:9090 root@172.30.77.11",
+    ]
+    model.stats["sparkserve_monitoring"].update(loopback=False, url="http://10.0.0.1:9090")
+    assert endpoint_lines(model)[-1] == "Prometheus on spark-1 at http://10.0.0.1:9090, 4 targets up"
 
 
 def test_the_curl_command_survives_a_shell_whatever_the_model_is_called() -> None:
