@@ -3,8 +3,8 @@
 The alerts (roles/monitoring/files/sparkserve.alerts.yml) are static; their unit tests are
 tests/monitoring/alerts.test.yml. The recording rules are a template (roles/monitoring/templates/
 deployment.rules.yml.j2) rendered per deployment with its engine adapter's ``metric_names``: these tests
-render it the way Ansible's template module does (trim_blocks) for each engine, from the real adapters and
-from the series contract below, and write the recording rules' unit tests next to the rendering, from
+render it the way Ansible's template module does (trim_blocks) for each engine, from the real adapters,
+and write the recording rules' unit tests next to the rendering, from
 raw engine series whose rates and histogram quantiles are computed here the way Prometheus computes them.
 """
 
@@ -30,36 +30,9 @@ ALERTS = ROOT / "roles" / "monitoring" / "files" / "sparkserve.alerts.yml"
 ALERT_TESTS = Path(__file__).resolve().parent / "alerts.test.yml"
 DEPLOYMENT = "lab-tp2"
 
-# The series contract: each engine's meanings and the names its adapter gives them (counters without
-# _total, histograms without _bucket). The adapters' metric_names must agree with it.
-CONTRACT: Dict[str, Dict[str, str]] = {
-    "vllm": {
-        "generation_tokens": "vllm:generation_tokens",
-        "prompt_tokens": "vllm:prompt_tokens",
-        "requests_running": "vllm:num_requests_running",
-        "requests_waiting": "vllm:num_requests_waiting",
-        "kv_cache_usage": "vllm:kv_cache_usage_perc",
-        "ttft": "vllm:time_to_first_token_seconds",
-        "itl": "vllm:inter_token_latency_seconds",
-        "e2e_latency": "vllm:e2e_request_latency_seconds",
-        "spec_drafts": "vllm:spec_decode_num_drafts",
-        "spec_draft_tokens": "vllm:spec_decode_num_draft_tokens",
-        "spec_accepted_tokens": "vllm:spec_decode_num_accepted_tokens",
-        "spec_accepted_per_position": "vllm:spec_decode_num_accepted_tokens_per_pos",
-        "cache_config_info": "vllm:cache_config_info",
-    },
-    "sglang": {
-        "generation_tokens": "sglang:generation_tokens",
-        "prompt_tokens": "sglang:prompt_tokens",
-        "requests_running": "sglang:num_running_reqs",
-        "requests_waiting": "sglang:num_queue_reqs",
-        "kv_cache_usage": "sglang:token_usage",
-        "ttft": "sglang:time_to_first_token_seconds",
-        "itl": "sglang:inter_token_latency_seconds",
-        "e2e_latency": "sglang:e2e_request_latency_seconds",
-        "spec_accept_length": "sglang:spec_accept_length",
-    },
-}
+# Each engine's meanings and its metric names (counters without _total, histograms without _bucket): the
+# adapters' own metric_names, which the engine doubles expose under the real engines' names.
+CONTRACT: Dict[str, Dict[str, str]] = {name: dict(ENGINES[name].metric_names) for name in ("vllm", "sglang")}
 ENGINE_NAMES = sorted(CONTRACT)
 QUANTILES = ("0.5", "0.9", "0.99")
 HISTOGRAM_RECORDS = {"ttft": "sparkserve:time_to_first_token_seconds:quantile_5m",
@@ -80,9 +53,9 @@ def assert_promtool(*args: str) -> None:
     assert done.returncode == 0, f"promtool {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
 
 
-def names_of(engine: str, source: str) -> Dict[str, str]:
-    """The metric_names of ENGINE: its adapter's (source "adapter") or the contract's."""
-    return dict(ENGINES[engine].metric_names) if source == "adapter" else dict(CONTRACT[engine])
+def names_of(engine: str) -> Dict[str, str]:
+    """The metric_names of ENGINE's adapter."""
+    return dict(CONTRACT[engine])
 
 
 def render(names: Mapping[str, str], deployment: str = DEPLOYMENT) -> str:
@@ -120,20 +93,11 @@ def test_alert_unit_tests_pass() -> None:
     assert_promtool("test", "rules", str(ALERT_TESTS))
 
 
-@pytest.mark.parametrize("source", ["adapter", "contract"])
 @pytest.mark.parametrize("engine", ENGINE_NAMES)
-def test_rendered_recording_rules_pass_promtool_check(engine: str, source: str, tmp_path: Path) -> None:
+def test_rendered_recording_rules_pass_promtool_check(engine: str, tmp_path: Path) -> None:
     rules = tmp_path / f"{DEPLOYMENT}.rules.yml"
-    rules.write_text(render(names_of(engine, source)), encoding="utf-8")
+    rules.write_text(render(names_of(engine)), encoding="utf-8")
     assert_promtool("check", "rules", str(rules))
-
-
-@pytest.mark.parametrize("engine", ENGINE_NAMES)
-def test_the_adapters_names_are_the_contracts(engine: str) -> None:
-    adapter, contract = dict(ENGINES[engine].metric_names), CONTRACT[engine]
-    wrong = {meaning: (adapter.get(meaning), contract.get(meaning))
-             for meaning in set(adapter) | set(contract) if adapter.get(meaning) != contract.get(meaning)}
-    assert not wrong, f"{engine}: (the adapter's name, the monitoring contract's) of each meaning that differs: {wrong}"
 
 
 # --- what the template writes ----------------------------------------------------------------------------
@@ -307,15 +271,14 @@ def no_draft_case(names: Mapping[str, str]) -> Optional[Dict[str, Any]]:
                                   "exp_samples": [{"labels": "{}", "value": 1}]} for record in records]}
 
 
-@pytest.mark.parametrize("source", ["adapter", "contract"])
 @pytest.mark.parametrize("engine", ENGINE_NAMES)
-def test_recording_rules_give_the_expected_values(engine: str, source: str, tmp_path: Path) -> None:
-    names = names_of(engine, source)
+def test_recording_rules_give_the_expected_values(engine: str, tmp_path: Path) -> None:
+    names = names_of(engine)
     rules = tmp_path / f"{DEPLOYMENT}.rules.yml"
     rules.write_text(render(names), encoding="utf-8")
     inputs, tests = recording_cases(names)
     if not tests:
-        pytest.fail(f"{engine}'s {source} names none of the meanings the recording rules read: {sorted(names)}")
+        pytest.fail(f"{engine}'s adapter names none of the meanings the recording rules read: {sorted(names)}")
     groups = [{"interval": f"{INTERVAL_S}s", "input_series": inputs, "promql_expr_test": tests}]
     no_draft = no_draft_case(names)
     if no_draft is not None:
