@@ -20,18 +20,17 @@ from typing import Any
 import pytest
 import yaml
 
+import make_tiny_model
+from sglang import launch_server
+from vllm_double import VERSION, app, cli, generation, server, weights
+from vllm_double.knobs import KnobError, Knobs, read_knobs
+from vllm_double.logs import Logger
+from vllm_double.metrics import Metrics
+from vllm_double.openai_api import ApiError, parse_request
+from vllm_double.state import EngineState
+
 ENGINE = Path(__file__).resolve().parents[2] / "lab/engine"
 ROOT = ENGINE.parents[1]
-sys.path.insert(0, str(ENGINE))
-
-import make_tiny_model  # noqa: E402 (imported once lab/engine is on sys.path)
-from sglang import launch_server  # noqa: E402 (imported once lab/engine is on sys.path)
-from vllm_double import VERSION, app, cli, generation, server, weights  # noqa: E402 (imported once lab/engine is on sys.path)
-from vllm_double.knobs import KnobError, Knobs, read_knobs  # noqa: E402 (imported once lab/engine is on sys.path)
-from vllm_double.logs import Logger  # noqa: E402 (imported once lab/engine is on sys.path)
-from vllm_double.metrics import Metrics  # noqa: E402 (imported once lab/engine is on sys.path)
-from vllm_double.openai_api import ApiError, parse_request  # noqa: E402 (imported once lab/engine is on sys.path)
-from vllm_double.state import EngineState  # noqa: E402 (imported once lab/engine is on sys.path)
 
 VLLM = ENGINE / "bin/vllm"
 MIB = 1024 * 1024

@@ -14,7 +14,6 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from itertools import pairwise
@@ -23,10 +22,9 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-ENGINE = Path(__file__).resolve().parents[2] / "lab/engine"
-sys.path.insert(0, str(ENGINE))
+import make_tiny_model
 
-import make_tiny_model  # noqa: E402 (imported once lab/engine is on sys.path)
+ENGINE = Path(__file__).resolve().parents[2] / "lab/engine"
 
 VLLM = ENGINE / "bin/vllm"
 FAST = {"VLLM_DOUBLE_TTFT_BASE_MS": "5", "VLLM_DOUBLE_TTFT_PER_1K_MS": "0", "VLLM_DOUBLE_ITL_MS": "1",

@@ -13,7 +13,6 @@ import http.client
 import json
 import re
 import socket
-import sys
 import threading
 import time
 from pathlib import Path
@@ -21,23 +20,22 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-ENGINE = Path(__file__).resolve().parents[2] / "lab/engine"
-sys.path.insert(0, str(ENGINE))
-
-from sglang import launch_server  # noqa: E402 (imported once lab/engine is on sys.path)
-from vllm_double import app, cli, server  # noqa: E402 (imported once lab/engine is on sys.path)
-from vllm_double.cli import ServeArgs  # noqa: E402 (imported once lab/engine is on sys.path)
-from vllm_double.knobs import Knobs  # noqa: E402 (imported once lab/engine is on sys.path)
-from vllm_double.logs import Logger  # noqa: E402 (imported once lab/engine is on sys.path)
-from vllm_double.metrics import (  # noqa: E402 (imported once lab/engine is on sys.path)
+from sglang import launch_server
+from vllm_double import app, cli, server
+from vllm_double.cli import ServeArgs
+from vllm_double.knobs import Knobs
+from vllm_double.logs import Logger
+from vllm_double.metrics import (
     E2E_BUCKETS,
     ITL_BUCKETS,
     TTFT_BUCKETS,
     Histogram,
     Metrics,
 )
-from vllm_double.openai_api import parse_request  # noqa: E402 (imported once lab/engine is on sys.path)
-from vllm_double.state import EngineState  # noqa: E402 (imported once lab/engine is on sys.path)
+from vllm_double.openai_api import parse_request
+from vllm_double.state import EngineState
+
+ENGINE = Path(__file__).resolve().parents[2] / "lab/engine"
 
 MAX_MODEL_LEN = 2048
 MAX_NUM_SEQS = 4

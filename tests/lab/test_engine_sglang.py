@@ -19,14 +19,13 @@ from typing import Any, Iterator
 
 import pytest
 
-ENGINE = Path(__file__).resolve().parents[2] / "lab/engine"
-sys.path.insert(0, str(ENGINE))
+import make_tiny_model
+from ansible_collections.sparkserve.deploy.plugins.module_utils.engines import ENGINES
+from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe.render import render_rank
+from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe.validate import validate_recipe
+from sglang import launch_server
 
-import make_tiny_model  # noqa: E402 (imported once lab/engine is on sys.path)
-from ansible_collections.sparkserve.deploy.plugins.module_utils.engines import ENGINES  # noqa: E402 (after sys.path)
-from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe.render import render_rank  # noqa: E402 (after sys.path)
-from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe.validate import validate_recipe  # noqa: E402 (after sys.path)
-from sglang import launch_server  # noqa: E402 (imported once lab/engine is on sys.path)
+ENGINE = Path(__file__).resolve().parents[2] / "lab/engine"
 
 FAST = {"VLLM_DOUBLE_TTFT_BASE_MS": "5", "VLLM_DOUBLE_TTFT_PER_1K_MS": "0", "VLLM_DOUBLE_ITL_MS": "1",
         "VLLM_DOUBLE_HEARTBEAT_S": "0.2", "VLLM_DOUBLE_HEARTBEAT_TIMEOUT_S": "3"}
