@@ -60,6 +60,8 @@ VERBS = {
     "check": "run the preflight checks only (playbooks/preflight.yml)",
     "bench": "benchmark the serving deployment (playbooks/bench.yml)",
     "rollback": "relaunch the previous render (playbooks/rollback.yml)",
+    "upgrade": "stage the recipe's new release while the old one serves, swap, qualify, roll back on failure "
+               "(playbooks/upgrade.yml)",
     "diagnose": "collect the deployment's state and logs into one archive",
 }
 
@@ -104,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument("--lines", type=int, default=100, metavar="N", help="lines per rank (default: 100)")
             sub.add_argument("--follow", action="store_true",
                              help="then follow the rank's log (rank 0 without --rank) until Ctrl-C")
+        if verb == "upgrade":
+            sub.add_argument("--no-rollback", action="store_true",
+                             help="leave a release that fails readiness or its gates as it is, for inspection")
         if verb == "up":
             sub.add_argument("--ask", metavar="PROMPT",
                              help="once it serves, send the endpoint this prompt and print the completion")
@@ -137,6 +142,8 @@ def invocation(args: argparse.Namespace, root: Path, cwd: Path) -> Invocation:
         extra.append(f"sparkserve_logs_lines={args.lines}")
     if args.recipe:
         extra.append(f"sparkserve_recipe={args.recipe}")
+    if getattr(args, "no_rollback", False):
+        extra.append("release_rollback=false")
     tags = list(fixed_tags)
     for value in args.tags:
         tags += [t.strip() for t in value.split(",") if t.strip() and t.strip() not in tags]

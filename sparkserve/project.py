@@ -19,6 +19,7 @@ PLAYBOOKS: dict[str, tuple[str, tuple[str, ...]]] = {
     "check": ("playbooks/preflight.yml", ()),
     "bench": ("playbooks/bench.yml", ()),
     "rollback": ("playbooks/rollback.yml", ()),
+    "upgrade": ("playbooks/upgrade.yml", ()),
     "diagnose": ("playbooks/diagnose.yml", ()),
 }
 

@@ -715,6 +715,13 @@ RECIPE_SPEC: Dict[str, Any] = {
                     "default": {},
                     "description": "Pass conditions, name to value.",
                 },
+                "qualify_suite": {
+                    "type": "str",
+                    "description": "Optional name of one of `suites`, short enough to run on every upgrade: "
+                                   "the new release's run of it is compared, under `gates`, with the serving "
+                                   "release's run of the same suite, and a release that fails is rolled back "
+                                   "(playbooks/upgrade.yml).",
+                },
             },
         },
         "supply": {

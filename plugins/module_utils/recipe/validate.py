@@ -589,6 +589,15 @@ def _cross_checks(recipe: Dict[str, Any], name: str, data: Mapping[str, Any]) ->
                                "it must be below memory.min_available_gib (%s), or the guard stops ranks "
                                "the gate lets start; lower the floor or raise the gate" % _show(gate)))
 
+    bench = _section(recipe, "bench")
+    qualify = bench.get("qualify_suite")
+    if isinstance(qualify, str):
+        suites = [s.get("name") for s in bench.get("suites") or [] if isinstance(s, dict)]
+        if qualify not in suites:
+            errors.append(_message(name, "bench.qualify_suite", qualify,
+                                   "name one of bench.suites (%s), or add a suite of that name"
+                                   % (", ".join(str(s) for s in suites) or "none yet")))
+
     model = _section(recipe, "model")
     draft = _section(recipe, "draft_model")
     if draft and draft.get("path_in_container") and draft.get("path_in_container") == model.get("path_in_container"):

@@ -1,0 +1,62 @@
+"""A deployment's releases: the folder of an overlay set, and what retention removes."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.sparkserve.deploy.plugins.module_utils import release
+
+DOCUMENTATION = r"""
+name: overlay_set_id
+short_description: The folder name of a recipe's overlay set
+version_added: "0.1.0"
+description:
+  - 16 hex digits of the sha256 of the set's (path, result_sha256) pairs; empty for no overlays.
+  - The overlays stage writes the set under OVERLAYS/DEPLOYMENT/ID and the ranks mount it from there,
+    so a new set is staged beside the one a serving release mounts.
+options:
+  _input:
+    description: The recipe's overlays (each with path and result_sha256).
+    type: list
+    elements: dict
+    required: true
+"""
+
+EXAMPLES = r"""
+dest: "{{ sparkserve_overlays_dir }}/{{ deployment }}/{{ recipe_config.overlays | sparkserve.deploy.overlay_set_id }}"
+kept: "{{ records | sparkserve.deploy.release_retention(2, [current_fingerprint]) }}"
+"""
+
+RETURN = r"""
+_value:
+  description: The set's folder name (overlay_set_id); what retention keeps and removes (release_retention).
+  type: raw
+"""
+
+
+def overlay_set_id(overlays: Sequence[Mapping[str, Any]]) -> str:
+    try:
+        return release.overlay_set_id(overlays or [])
+    except (KeyError, TypeError) as exc:
+        raise AnsibleFilterError("overlay_set_id: each overlay needs path and result_sha256 (%s)" % exc) from exc
+
+
+def release_retention(records: Sequence[Mapping[str, Any]], keep: int, protect: Sequence[str] = ()) -> dict[str, Any]:
+    try:
+        return release.retention(list(records), int(keep), list(protect))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise AnsibleFilterError("release_retention: %s" % exc) from exc
+
+
+def release_downtime(last_old_s: float, first_new_s: float, load_s: float) -> list[float]:
+    return list(release.downtime(float(last_old_s), float(first_new_s), float(load_s)))
+
+
+class FilterModule:
+    """sparkserve release filters."""
+
+    def filters(self) -> dict[str, Any]:
+        return {"overlay_set_id": overlay_set_id, "release_retention": release_retention,
+                "release_downtime": release_downtime}
