@@ -55,6 +55,7 @@ def kwargs_of(project: Path, inv: Invocation, **extra: Any) -> dict[str, Any]:
     ("check", "playbooks/preflight.yml", [], []),
     ("bench", "playbooks/bench.yml", [], []),
     ("rollback", "playbooks/rollback.yml", [], []),
+    ("upgrade", "playbooks/upgrade.yml", [], []),
     ("diagnose", "playbooks/diagnose.yml", [], []),
 ])
 def test_every_verb_runs_its_playbook(project: Path, verb: str, playbook: str, tags: list[str],
@@ -64,6 +65,14 @@ def test_every_verb_runs_its_playbook(project: Path, verb: str, playbook: str, t
     assert kwargs["project_dir"] == str(project)
     assert kwargs["inventory"] == str(project / "inventory" / "lab")
     assert shlex.split(kwargs["cmdline"]) == extra + tags
+
+
+def test_upgrade_no_rollback_leaves_a_failed_release_as_it_is(project: Path) -> None:
+    kwargs = kwargs_of(project, parsed(project, "upgrade", "--no-rollback"))
+    assert kwargs["playbook"] == "playbooks/upgrade.yml"
+    assert shlex.split(kwargs["cmdline"]) == ["-e", "release_rollback=false"]
+    with pytest.raises(SystemExit):
+        parsed(project, "up", "--no-rollback")
 
 
 def test_options_pass_through_to_ansible_playbook(project: Path, tmp_path: Path) -> None:

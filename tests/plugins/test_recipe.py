@@ -932,3 +932,12 @@ def test_patches_of_a_pinned_overlays_repository_need_no_file_in_the_recipes_fol
     resolved, errors = validate_recipe(dict(recipe), "lab-tp2", variables=dict(variables, release_revision="2" * 40),
                                           recipes_dir=str(tmp_path))
     assert errors == [] and resolved["overlays_repo"]["revision"] == "2" * 40
+
+
+def test_qualify_suite_names_one_of_the_bench_suites() -> None:
+    bench = {"suites": [{"name": "coding-peak", "max_tokens": 8}], "qualify_suite": "coding-peak"}
+    assert valid(base(bench=bench))["bench"]["qualify_suite"] == "coding-peak"
+    message = one_error(base(bench=dict(bench, qualify_suite="coding_peak")))
+    assert "bench.qualify_suite" in message and '"coding_peak"' in message
+    assert "name one of bench.suites (coding-peak)" in message
+    assert "none yet" in one_error(base(bench={"qualify_suite": "canary"}))

@@ -1,0 +1,83 @@
+"""A deployment's releases: the overlay set's folder, retention and the downtime figure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.sparkserve.deploy.plugins.filter import release as release_filter
+from ansible_collections.sparkserve.deploy.plugins.module_utils.release import downtime, overlay_set_id, retention
+
+PATCHED = {"path": "/opt/app/a.py", "result_sha256": "a" * 64}
+OTHER = {"path": "/opt/app/b.py", "result_sha256": "b" * 64}
+
+
+def test_an_overlay_set_is_named_by_its_results_in_any_order() -> None:
+    both = overlay_set_id([PATCHED, OTHER])
+    assert len(both) == 16 and int(both, 16) >= 0
+    assert overlay_set_id([OTHER, PATCHED]) == both
+    assert overlay_set_id([PATCHED]) != both
+    assert overlay_set_id([dict(PATCHED, result_sha256="c" * 64)]) != overlay_set_id([PATCHED])
+    # The original's hash and the patch do not name the set: the result does.
+    assert overlay_set_id([dict(PATCHED, patch="x.patch", original_sha256="d" * 64)]) == overlay_set_id([PATCHED])
+    assert overlay_set_id([]) == ""
+
+
+def test_the_filter_says_what_an_overlay_lacks() -> None:
+    with pytest.raises(AnsibleFilterError, match="each overlay needs path and result_sha256"):
+        release_filter.overlay_set_id([{"path": "/x"}])
+
+
+def record(fingerprint: str, at: float, revision: str, image: str = "reg/engine@sha256:1",
+           overlays: list[dict[str, str]] | None = None, failed: str = "") -> dict[str, Any]:
+    recipe = {"image": image, "model": {"repo": "org/model", "revision": revision}, "overlays": overlays or []}
+    return {"fingerprint": fingerprint, "recorded_at": at, "recipe": recipe, **({"failed": failed} if failed else {})}
+
+
+def test_retention_keeps_the_newest_that_served_and_removes_what_only_older_ones_use() -> None:
+    records = [
+        record("r1", 100, "rev1", image="reg/engine@sha256:old", overlays=[PATCHED]),
+        record("r2", 200, "rev2", overlays=[OTHER]),
+        record("r3", 300, "rev2", failed="qualification: a gate failed"),
+        record("r4", 400, "rev3", overlays=[OTHER]),
+    ]
+    plan = retention(records, keep=2, protect=["r4"])
+    assert plan["kept"] == ["r4", "r2"]
+    assert plan["removed"] == ["r3", "r1"]
+    # rev2 is also the failed r3's, but the kept r2 uses it.
+    assert plan["weights"] == ["org/model/rev1"]
+    assert plan["images"] == ["reg/engine@sha256:old"]
+    assert plan["overlay_sets"] == [overlay_set_id([PATCHED])]
+
+
+def test_retention_never_removes_the_running_release_however_old() -> None:
+    records = [record("running", 10, "rev0"), record("b", 20, "rev1"), record("c", 30, "rev2")]
+    plan = retention(records, keep=1, protect=["running"])
+    assert set(plan["kept"]) == {"running", "c"}
+    assert plan["removed"] == ["b"]
+    assert plan["weights"] == ["org/model/rev1"]
+
+
+def test_retention_keeps_a_draft_model_a_kept_release_mounts() -> None:
+    kept = record("new", 20, "rev2")
+    kept["recipe"]["draft_model"] = {"repo": "org/draft", "revision": "d1"}
+    old = record("old", 10, "rev1")
+    old["recipe"]["draft_model"] = {"repo": "org/draft", "revision": "d1"}
+    plan = retention([old, kept], keep=1, protect=["new"])
+    assert plan["weights"] == ["org/model/rev1"]
+
+
+def test_retention_refuses_to_keep_nothing() -> None:
+    with pytest.raises(ValueError, match="keep must be at least 1, not 0"):
+        retention([record("a", 1, "r")], keep=0, protect=[])
+    with pytest.raises(AnsibleFilterError, match="release_retention: keep must be at least 1"):
+        release_filter.release_retention([record("a", 1, "r")], 0)
+
+
+def test_downtime_and_downtime_beside_the_load() -> None:
+    assert downtime(100.0, 113.2, 8.4) == (13.2, 4.8)
+    # A clock step backwards never gives a negative figure.
+    assert downtime(100.0, 99.0, 5.0) == (0.0, 0.0)
+    assert release_filter.release_downtime("100", "112.5", "2.5") == [12.5, 10.0]
