@@ -117,7 +117,7 @@ class Double:
     def argv(self, model: Path, speculative_tokens: int) -> list[str]:
         """The double's command line, serving MODEL on self.port."""
         argv = [sys.executable, str(VLLM), "serve", str(model), "--served-model-name", "tiny",
-                "--host", "127.0.0.1", "--port", str(self.port), "--load-format", "dummy", "--disable-log-requests"]
+                "--host", "127.0.0.1", "--port", str(self.port), "--load-format", "dummy"]
         if speculative_tokens:
             argv += ["--speculative-config", json.dumps({"method": "mtp",
                                                          "num_speculative_tokens": speculative_tokens})]

@@ -43,7 +43,7 @@ RECIPE_FLAGS = [
     "--max-num-seqs", "4", "--enable-prefix-caching", "--enable-chunked-prefill",
     "--speculative-config", '{"method":"dflash","model":"/models/draft","num_speculative_tokens":7}',
     "--load-format", "safetensors", "--trust-remote-code", "--generation-config", "auto", "--api-key", "k",
-    "--disable-log-requests", "--max-num-batched-tokens", "8192", "--enforce-eager", "--dtype", "bfloat16",
+    "--enable-log-requests", "--max-num-batched-tokens", "8192", "--enforce-eager", "--dtype", "bfloat16",
     "--quantization", "modelopt_fp4", "--seed", "7",
 ]
 
@@ -72,7 +72,7 @@ def test_every_recipe_flag_is_accepted() -> None:
     assert cli.check_args(args) == []
     assert args.served_names == ("tiny",) and args.nnodes == 4 and args.master_addr == "10.77.1.11"
     assert args.kv_cache_memory_bytes == 8 * 1024**3 and args.max_model_len == 262144 and args.block_size == 2304
-    assert args.enable_prefix_caching is True and args.enforce_eager is True and args.disable_log_requests is True
+    assert args.enable_prefix_caching is True and args.enforce_eager is True and args.disable_log_requests is False
     assert args.num_speculative_tokens == 7 and args.speculative_config["model"] == "/models/draft"
     assert args.seed == 7 and args.dtype == "bfloat16" and args.quantization == "modelopt_fp4"
     flags = {name for flag in cli.FLAGS for name in flag.names if name.startswith("--")}

@@ -51,7 +51,7 @@ def sglang_recipe(**changes: Any) -> dict[str, Any]:
         "parallel": {"tensor": 2},
         "kv_cache": {"dtype": "fp8_e4m3", "block_size": 16},
         "engine_args": {"context-length": 2048, "mem-fraction-static": 0.8, "max-running-requests": 8,
-                        "chunked-prefill-size": 2048, "cuda-graph-bs": [1, 2, 4], "enable-metrics": True,
+                        "chunked-prefill-size": 2048, "cuda-graph-bs-decode": [1, 2, 4], "enable-metrics": True,
                         "trust-remote-code": True, "random-seed": 7},
     }
     data.update(changes)
@@ -75,7 +75,7 @@ def test_the_rendered_command_line_is_accepted_on_every_rank() -> None:
         assert args.headless is (rank > 0) and args.served_name == "tiny" and args.model == "/models/tiny"
         assert args.max_model_len == 2048 and args.block_size == 16 and args.kv_cache_dtype == "fp8_e4m3"
         assert args.max_num_seqs == 8 and args.seed == 7 and ns.enable_metrics is True
-        assert ns.cuda_graph_bs == [1, 2, 4]
+        assert ns.cuda_graph_bs_decode == [1, 2, 4]
     head = render_rank(recipe, "d", 0, 2, "10.77.1.11")["argv"]
     args, _, _ = launch_server.parse_args(head[3:])
     assert (args.host, args.port) == ("127.0.0.1", 8000)

@@ -283,7 +283,8 @@ def test_sglang_owned_flags_differ() -> None:
 
 
 def test_engine_args_values_are_checked() -> None:
-    assert "a list value may hold only" in one_error(base(engine_args={"x": [{"a": 1}]}))
+    assert "a list value may hold only" in one_error(base(engine_args={"x": [{"a": 1}]},
+                                                          engine_flags={"image_adds": ["x"]}))
 
 
 def test_sglang_has_no_kv_bytes_flag() -> None:
@@ -594,10 +595,67 @@ def test_an_owned_flag_set_from_the_cluster_one_letter_off() -> None:
 
 @pytest.mark.parametrize("engine,key", [
     ("sglang", "dp-size"), ("sglang", "ep-size"), ("vllm", "data-parallel-size"), ("vllm", "max-model-len"),
-    ("vllm", "kv-cache-memory"), ("vllm", "ports-range"),
+    ("vllm", "max-num-seqs"), ("sglang", "context-length"),
 ])
 def test_real_engine_flags_near_owned_ones_pass(engine: str, key: str) -> None:
     valid(base(engine=engine, engine_args={key: 2}))
+
+
+FLAGS_FILE = "plugins/module_utils/engines/flags/%s-%s.json"
+
+
+@pytest.mark.parametrize("engine,key,fix", [
+    ("vllm", "max-modle-len", "did you mean --max-model-len? vllm 0.31.0's parser (%s) has no --max-modle-len"
+     % FLAGS_FILE % ("vllm", "0.31.0")),
+    ("vllm", "enable-prefix-cacheing", "did you mean --enable-prefix-caching or --no-enable-prefix-caching?"),
+    ("sglang", "mem-fraction-statik", "did you mean --mem-fraction-static?"),
+    # SGLang 0.5.21 split --cuda-graph-bs in two; the old spelling is an ambiguous abbreviation there.
+    ("sglang", "cuda-graph-bs", "did you mean --cuda-graph-bs-decode or --cuda-graph-bs-prefill? sglang 0.5.21's "
+     "parser (%s) has no --cuda-graph-bs" % FLAGS_FILE % ("sglang", "0.5.21")),
+    ("vllm", "totally-made-up", "vllm 0.31.0's parser (%s) has no --totally-made-up; if the image adds it (a "
+     "patched image), list it under engine_flags.image_adds." % FLAGS_FILE % ("vllm", "0.31.0")),
+])
+def test_a_flag_the_engine_does_not_have_is_refused_with_its_close_match(engine: str, key: str, fix: str) -> None:
+    message = one_error(base(engine=engine, engine_args={key: 2}))
+    assert message.startswith("recipe t: engine_args.%s is 2; " % key) and fix in message
+    assert message.endswith("list it under engine_flags.image_adds.")
+
+
+def test_an_abbreviated_flag_is_refused_with_its_full_name() -> None:
+    assert one_error(base(engine_args={"max-model": 4096})) == (
+        "recipe t: engine_args.max-model is 4096; it abbreviates --max-model-len of vllm 0.31.0's parser (%s); "
+        "write it in full (an abbreviation changes meaning when the engine adds a flag with the same start)."
+        % FLAGS_FILE % ("vllm", "0.31.0"))
+    # An abbreviation of a flag sparkserve sets (argparse would expand it to that flag).
+    assert one_error(base(engine_args={"kv-cache-memory": 2})) == (
+        "recipe t: engine_args.kv-cache-memory is 2; it abbreviates --kv-cache-memory-bytes, which sparkserve sets "
+        "itself from kv_cache.memory_gib_per_rank; remove it from engine_args.")
+
+
+def test_a_flag_of_the_wrong_kind_is_refused() -> None:
+    assert one_error(base(engine_args={"enable-prefix-caching": "yes"})) == (
+        'recipe t: engine_args.enable-prefix-caching is "yes"; --enable-prefix-caching is a switch in vllm 0.31.0: '
+        "write true to set it, false or null to leave it out.")
+    assert one_error(base(engine="sglang", engine_args={"context-length": True})) == (
+        "recipe t: engine_args.context-length is true; --context-length takes a value in sglang 0.5.21: true would "
+        "pass the flag alone; give its value.")
+    valid(base(engine_args={"enable-prefix-caching": False, "no-enable-prefix-caching": True,
+                            "max_model_len": "32k", "speculative-config.method": "mtp"}))
+
+
+def test_image_adds_lets_a_patched_image_s_own_flags_pass() -> None:
+    args = {"dflash-aux-layers": 3, "max-model-len": 4096}
+    assert "has no --dflash-aux-layers" in one_error(base(engine_args=args))
+    recipe = valid(base(engine_args=args, engine_flags={"image_adds": ["dflash_aux_layers"]}))
+    assert recipe["engine_flags"] == {"version": None, "image_adds": ["dflash_aux_layers"]}
+
+
+def test_a_flag_list_the_checkout_does_not_ship_is_refused_with_how_to_make_it() -> None:
+    assert one_error(base(engine_flags={"version": "0.1.dev21830+g8244d1c44"})) == (
+        'recipe t: engine_flags.version is "0.1.dev21830+g8244d1c44"; sparkserve ships the flags of vllm 0.31.0 '
+        "only; name the one closest to the version the image carries, or list the image's own flags into "
+        "plugins/module_utils/engines/flags/vllm-0.1.dev21830+g8244d1c44.json with: docker run --rm -i "
+        "--entrypoint python3 IMAGE - vllm < tools/engine-flags.py.")
 
 
 @pytest.mark.parametrize("key", ["HF_TOKEN", "hf_token", "HUGGING_FACE_HUB_TOKEN", "OPENAI_API_KEY", "MYAPIKEY",
@@ -750,14 +808,14 @@ def test_vllm_worker_is_headless_without_api() -> None:
 
 def test_sglang_head_and_worker() -> None:
     data = base(engine="sglang", parallel={"tensor": 4}, kv_cache={"dtype": "fp8_e4m3", "block_size": 64},
-                engine_args={"chunked-prefill-size": 2048, "cuda-graph-bs": [1, 2, 4]})
+                engine_args={"chunked-prefill-size": 2048, "cuda-graph-bs-decode": [1, 2, 4]})
     head = rendered(data, 0, world_size=4)
     assert head["argv"] == [
         "python3", "-m", "sglang.launch_server", "--model-path", "/models/m", "--served-model-name", "m",
         "--tp-size", "4", "--pp-size", "1", "--nnodes", "4", "--node-rank", "0",
         "--dist-init-addr", "10.77.1.11:29501", "--host", "127.0.0.1", "--port", "8000",
         "--kv-cache-dtype", "fp8_e4m3", "--page-size", "64",
-        "--chunked-prefill-size", "2048", "--cuda-graph-bs", "1", "2", "4",
+        "--chunked-prefill-size", "2048", "--cuda-graph-bs-decode", "1", "2", "4",
     ]
     worker = rendered(data, 3, world_size=4)
     assert "--host" not in worker["argv"] and "--headless" not in worker["argv"]
@@ -893,8 +951,8 @@ def test_schema_has_every_top_level_field() -> None:
     # recipes/README.md and recipes/recipe.schema.json are written from it (tests/tools/test_recipe_docs.py).
     assert set(RECIPE_SCHEMA) == {
         "name", "description", "engine", "image", "image_from", "model", "draft_model", "parallel", "launch",
-        "engine_args", "env", "kv_cache", "overlays", "overlays_from", "overlays_repo", "memory", "fabric", "readiness",
-        "supervise", "host", "bench", "supply",
+        "engine_args", "engine_flags", "env", "kv_cache", "overlays", "overlays_from", "overlays_repo", "memory",
+        "fabric", "readiness", "supervise", "host", "bench", "supply",
     }
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from ansible_collections.sparkserve.deploy.plugins.module_utils.engines import known_flags
 from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe.render import render_rank
 from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe.validate import (
     validate_for_cluster,
@@ -345,3 +346,22 @@ def test_acceptance_greps() -> None:
                   "76348ddb2be2e35e39ecfc00e75dc07703f4f3d5", "262144"):
         assert value in second, value
     assert re.search(r"8589934592|8 ?gib|8g\b", second)
+
+
+# ------------------------------------------------------------ every rendered flag is one the engine has
+
+@pytest.mark.parametrize("name", [*SEEDS, *LABS, "lab-tp2", "lab-tp4"])
+def test_every_rendered_flag_is_in_the_engine_version_s_flag_list(name: str) -> None:
+    variables = SUPPLIED.get(name, LAB_VARIABLES)
+    recipe, ranks = render_all(name, variables)
+    version = recipe["engine_flags"]["version"] or known_flags.newest(recipe["engine"])
+    listed = known_flags.load(recipe["engine"], version)
+    adds = {flag.replace("_", "-") for flag in recipe["engine_flags"]["image_adds"]}
+    for out in ranks:
+        words = [word[2:].split(".", 1)[0] for word in out["argv"] if word.startswith("--")]
+        assert words and not [word for word in words if word not in listed.flags and word not in adds], out["argv"]
+        # A switch is never followed by a value of its own (the next word is a flag or the end).
+        argv = out["argv"]
+        for i, word in enumerate(argv):
+            if word.startswith("--") and listed.flags.get(word[2:]) == known_flags.SWITCH and i + 1 < len(argv):
+                assert argv[i + 1].startswith("--"), (word, argv[i + 1])

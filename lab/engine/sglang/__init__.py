@@ -8,4 +8,4 @@ See ``lab/engine/README.md``.
 
 from __future__ import annotations
 
-__version__ = "0.0.0+sparkserve.labdouble"
+__version__ = "0.5.21+sparkserve.labdouble"

@@ -2,9 +2,11 @@
 
 FLAGS is the one list of the SGLang flags the double accepts: the ones the
 sparkserve recipes render for engine ``sglang`` and a few they may set through
-``engine_args``. Any other flag is refused as argparse refuses it
-("unrecognized arguments", exit 2); prefixes of long flags are refused too
-(stricter than SGLang, so that a recipe cannot lean on an abbreviation).
+``engine_args``, as SGLang 0.5.21 spells them (a test keeps them to its list,
+plugins/module_utils/engines/flags/sglang-0.5.21.json). Any other flag is
+refused as argparse refuses it ("unrecognized arguments", exit 2); prefixes
+of long flags are refused too (stricter than SGLang, so that a recipe cannot
+lean on an abbreviation).
 
 The flags map onto the vLLM double's own behaviour: ``--dist-init-addr
 HOST:PORT`` is the rendezvous (the head listens on PORT, the other ranks join
@@ -83,7 +85,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag(("--speculative-num-steps",), "int", None, "Draft steps: the draft tokens per step of the double."),
     Flag(("--speculative-eagle-topk",), "int", None, "Branching of the draft tree (recorded only)."),
     Flag(("--speculative-num-draft-tokens",), "int", None, "Tokens verified per step; without steps, k + 1."),
-    Flag(("--cuda-graph-bs",), "ints", None, "Batch sizes of the CUDA graphs (recorded only)."),
+    Flag(("--cuda-graph-bs-decode",), "ints", None, "Batch sizes of the decode CUDA graphs (recorded only)."),
     Flag(("--disable-cuda-graph",), "store_true", False, "No CUDA graphs (recorded only)."),
     Flag(("--tool-call-parser",), "str", None, "Tool-call parser (recorded only)."),
     Flag(("--reasoning-parser",), "str", None, "Reasoning parser (recorded only)."),

@@ -13,4 +13,4 @@ Standard library only, so that the image needs no pip packages.
 
 from __future__ import annotations
 
-VERSION = "0.11.0+sparkserve.labdouble"
+VERSION = "0.31.0+sparkserve.labdouble"

@@ -3,8 +3,10 @@
 FLAGS is the one list of the vLLM flags the double accepts: the ones the
 sparkserve recipes render or set through ``engine_args``. Any other flag is
 refused the way vLLM's argparse refuses it ("unrecognized arguments", exit 2).
-As in vLLM, ``--flag_name`` means ``--flag-name``, prefixes of long flags are
-not expanded, true/false options also take a ``--no-`` form, and integer sizes
+Its flags are vLLM 0.31.0's (plugins/module_utils/engines/flags/vllm-0.31.0.json,
+a test keeps them so). As in vLLM, ``--flag_name`` means ``--flag-name``;
+prefixes of long flags are not expanded (vLLM expands them; recipe validation
+refuses them before they get here); true/false options also take a ``--no-`` form, and integer sizes
 take human suffixes (``32k`` = 32000, ``8G`` = 8 GiB).
 """
 
@@ -56,7 +58,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag(("--trust-remote-code",), "bool", False, "Trust remote code (recorded only)."),
     Flag(("--generation-config",), "str", "auto", "Where generation defaults come from (recorded only)."),
     Flag(("--api-key",), "str", None, "Key required on /v1/* (also VLLM_API_KEY)."),
-    Flag(("--disable-log-requests",), "bool", False, "Do not log each request."),
+    Flag(("--enable-log-requests",), "bool", False, "Log each request."),
     Flag(("--max-num-batched-tokens",), "human_int", None, "Tokens per engine step (recorded only)."),
     Flag(("--enforce-eager",), "bool", False, "No CUDA graphs (recorded only)."),
     Flag(("--dtype",), "str", "auto", "Weight data type (recorded only).", DTYPES),
@@ -200,7 +202,7 @@ def _serve_args(ns: argparse.Namespace) -> ServeArgs:
         enable_prefix_caching=ns.enable_prefix_caching, enable_chunked_prefill=ns.enable_chunked_prefill,
         speculative_config=ns.speculative_config, load_format=ns.load_format,
         trust_remote_code=ns.trust_remote_code, generation_config=ns.generation_config,
-        api_key=ns.api_key, disable_log_requests=ns.disable_log_requests,
+        api_key=ns.api_key, disable_log_requests=not ns.enable_log_requests,
         max_num_batched_tokens=ns.max_num_batched_tokens, enforce_eager=ns.enforce_eager,
         dtype=ns.dtype, quantization=ns.quantization, seed=ns.seed if ns.seed is not None else 0,
     )

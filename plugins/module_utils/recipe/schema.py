@@ -348,6 +348,34 @@ RECIPE_SPEC: Dict[str, Any] = {
             "description": "Engine flags, name (without leading dashes) to value, rendered in file order after "
                            "the flags sparkserve sets (see *Engine arguments*).",
         },
+        "engine_flags": {
+            "type": "dict",
+            "default": {},
+            "description": "What `engine_args` are checked against before any host is contacted: the flags of "
+                           "the engine's own parser, as tools/engine-flags.py lists them per version "
+                           "(plugins/module_utils/engines/flags/). A flag no list has is refused, with the close "
+                           "match; one the wrong kind (a value given to a switch, `true` to a flag that takes a "
+                           "value) too.",
+            "options": {
+                "version": {
+                    "type": "str",
+                    "pattern": r"^[A-Za-z0-9][A-Za-z0-9.+_-]*$",
+                    "hint": "give a version, as in 0.31.0",
+                    "description": "The engine version whose flag list applies: the version the image carries, "
+                                   "or the closest one sparkserve ships (vllm 0.31.0, sglang 0.5.21). "
+                                   "Unset: the newest shipped for the engine. A list of the image itself is "
+                                   "written by `docker run --rm -i --entrypoint python3 IMAGE - ENGINE < "
+                                   "tools/engine-flags.py`.",
+                },
+                "image_adds": {
+                    "type": "list",
+                    "elements": "str",
+                    "default": [],
+                    "description": "Flags (without dashes) the image adds to that version: a patched image's "
+                                   "own. They pass unchecked.",
+                },
+            },
+        },
         "env": {
             "type": "dict",
             "values": "str",

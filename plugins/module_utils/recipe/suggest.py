@@ -4,7 +4,8 @@
 meant, at its own level of the schema, one level down (``tensor`` at the top
 is ``parallel.tensor``), one level up, or in a sibling section.
 ``near_owned_flag`` finds the flag sparkserve sets itself that an
-``engine_args`` key is one letter off. ``explain_mismatch`` says what is
+``engine_args`` key is one letter off, ``near_flags`` the engine's flags an
+unknown one probably meant. ``explain_mismatch`` says what is
 wrong with a value that does not match its field's pattern, more precisely
 than the field's hint (a digest one digit short, a capital in a commit).
 
@@ -28,6 +29,8 @@ from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe.schema im
 
 # How close a key must be to a field's name (difflib's ratio) to be suggested.
 _FIELD_CUTOFF = 0.75
+# How close an unknown engine flag must be to a real one to be suggested.
+_FLAG_CUTOFF = 0.8
 # Below this length a one-letter change of a flag is as likely another real flag (SGLang dp-size, ep-size).
 _SUBSTITUTION_MIN_LENGTH = 8
 
@@ -122,6 +125,19 @@ def near_owned_flag(flag: str, owned: Mapping[str, str]) -> Optional[str]:
             return near
     return None
 
+
+
+def near_flags(flag: str, flags: Mapping[str, str]) -> List[str]:
+    """The flags of FLAGS (one engine version's) that the unknown FLAG probably meant, best first.
+
+    An abbreviation names the flags it abbreviates (argparse takes a unique one,
+    until the engine adds a flag with the same start); otherwise the close
+    spellings.
+    """
+    longer = sorted(known for known in flags if known.startswith(flag))
+    if longer:
+        return longer[:3]
+    return difflib.get_close_matches(flag, list(flags), n=2, cutoff=_FLAG_CUTOFF)
 
 # ---------------------------------------------------------------- values
 

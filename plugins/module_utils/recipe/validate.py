@@ -20,7 +20,7 @@ import re
 import string
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeGuard, Union
 
-from ansible_collections.sparkserve.deploy.plugins.module_utils.engines import ENGINES
+from ansible_collections.sparkserve.deploy.plugins.module_utils.engines import ENGINES, known_flags
 from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe import suggest
 from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe.schema import (
     _CONTAINER_NAME,
@@ -527,37 +527,7 @@ def _cross_checks(recipe: Dict[str, Any], name: str, data: Mapping[str, Any]) ->
 
     engine = recipe.get("engine")
     adapter = ENGINES.get(engine) if isinstance(engine, str) else None
-    args = recipe.get("engine_args")
-    if isinstance(args, dict):
-        owned = adapter.owned_flags if adapter is not None else {}
-        for key, value in args.items():
-            if not isinstance(key, str):
-                continue
-            path = "engine_args.%s" % key
-            if key.startswith("-"):
-                errors.append(_message(name, "engine_args key", key,
-                                       "write it without leading dashes: %s" % key.lstrip("-")))
-                continue
-            if not _FLAG_NAME.match(key):
-                errors.append(_message(name, "engine_args key", key,
-                                       "a flag name holds only letters, digits, _ . and -"))
-                continue
-            flag = key.replace("_", "-")
-            if flag in owned:
-                errors.append(_message(name, path, value,
-                                       "sparkserve sets --%s from %s; remove it from engine_args"
-                                       % (flag, owned[flag])))
-                continue
-            near = suggest.near_owned_flag(flag, owned)
-            if near:
-                field = owned[near]
-                meant = field.split(".")[0] in RECIPE_SPEC["options"]
-                errors.append(_message(name, path, value, "it is one letter off --%s, which sparkserve sets itself "
-                                       "from %s: %s" % (near, field, "did you mean `%s`? Set that field and remove "
-                                                        "this key from engine_args" % field if meant else
-                                                        "remove this key from engine_args")))
-                continue
-            errors.extend(_check_arg_value(name, path, value))
+    errors.extend(_check_engine_args(recipe, name, adapter))
 
     env = recipe.get("env")
     if isinstance(env, dict):
@@ -607,6 +577,109 @@ def _cross_checks(recipe: Dict[str, Any], name: str, data: Mapping[str, Any]) ->
         errors.extend(_check_file_overrides(name, section, part.get("file_overrides")))
     errors.extend(_check_supply(recipe, name, data))
     return errors
+
+
+def _flag_list(recipe: Mapping[str, Any], name: str, engine: str,
+               errors: List[str]) -> Optional[known_flags.FlagList]:
+    """The flag list engine_flags.version names (default the newest shipped); None, with the error, if none."""
+    wanted = _section(recipe, "engine_flags").get("version")
+    version = wanted if isinstance(wanted, str) and wanted else known_flags.newest(engine)
+    if version is None:
+        return None
+    try:
+        return known_flags.load(engine, version)
+    except FileNotFoundError:
+        shipped = known_flags.versions(engine)
+        errors.append(_message(name, "engine_flags.version", version,
+                               "sparkserve ships the flags of %s %s only; name the one closest to the version the "
+                               "image carries, or list the image's own flags into "
+                               "plugins/module_utils/engines/flags/%s-%s.json with: docker run --rm -i --entrypoint "
+                               "python3 IMAGE - %s < tools/engine-flags.py"
+                               % (engine, " and ".join(shipped) or "no version", engine, version, engine)))
+    except ValueError as error:
+        errors.append(_message(name, "engine_flags.version", version,
+                               "%s; write it again with tools/engine-flags.py" % error))
+    return None
+
+
+def _check_engine_args(recipe: Mapping[str, Any], name: str, adapter: Any) -> List[str]:
+    """engine_args keys: no dashes, not a flag sparkserve sets, one the engine's parser has, of the right kind."""
+    errors: List[str] = []
+    args = recipe.get("engine_args")
+    if not isinstance(args, dict):
+        return errors
+    owned = adapter.owned_flags if adapter is not None else {}
+    listed = _flag_list(recipe, name, adapter.name, errors) if adapter is not None else None
+    adds = _section(recipe, "engine_flags").get("image_adds") or []
+    image_adds = {flag.replace("_", "-") for flag in adds if isinstance(flag, str)}
+    for key, value in args.items():
+        if not isinstance(key, str):
+            continue
+        path = "engine_args.%s" % key
+        if key.startswith("-"):
+            errors.append(_message(name, "engine_args key", key,
+                                   "write it without leading dashes: %s" % key.lstrip("-")))
+            continue
+        if not _FLAG_NAME.match(key):
+            errors.append(_message(name, "engine_args key", key,
+                                   "a flag name holds only letters, digits, _ . and -"))
+            continue
+        flag = key.replace("_", "-")
+        if flag in owned:
+            errors.append(_message(name, path, value,
+                                   "sparkserve sets --%s from %s; remove it from engine_args"
+                                   % (flag, owned[flag])))
+            continue
+        # vLLM reads --speculative-config.method as a field of the JSON flag --speculative-config.
+        base = flag.split(".", 1)[0]
+        kind = listed.flags.get(base) if listed is not None else None
+        if kind is None and base not in image_adds:
+            near = suggest.near_owned_flag(flag, owned)
+            if near:
+                field = owned[near]
+                meant = field.split(".")[0] in RECIPE_SPEC["options"]
+                errors.append(_message(name, path, value, "it is one letter off --%s, which sparkserve sets itself "
+                                       "from %s: %s" % (near, field, "did you mean `%s`? Set that field and remove "
+                                                        "this key from engine_args" % field if meant else
+                                                        "remove this key from engine_args")))
+                continue
+            if listed is not None:
+                errors.append(_message(name, path, value, _unknown_flag_fix(base, listed, owned)))
+                continue
+        elif kind is not None and "." not in flag:
+            wrong = _wrong_kind(kind, value, base, listed)
+            if wrong:
+                errors.append(_message(name, path, value, wrong))
+                continue
+        errors.extend(_check_arg_value(name, path, value))
+    return errors
+
+
+def _unknown_flag_fix(flag: str, listed: known_flags.FlagList, owned: Mapping[str, str]) -> str:
+    """What to do about FLAG, which LISTED does not have: write it in full, the close match, or image_adds."""
+    near = suggest.near_flags(flag, listed.flags)
+    where = "%s %s's parser (%s)" % (listed.engine, listed.version, listed.file)
+    if len(near) == 1 and near[0].startswith(flag):
+        full = near[0]
+        if full in owned:
+            return "it abbreviates --%s, which sparkserve sets itself from %s; remove it from engine_args" % (
+                full, owned[full])
+        return ("it abbreviates --%s of %s; write it in full (an abbreviation changes meaning when the engine "
+                "adds a flag with the same start)" % (full, where))
+    meant = " or ".join("--%s%s" % (n, " (sparkserve sets it from %s)" % owned[n] if n in owned else "")
+                        for n in near)
+    return "%s%s has no --%s; if the image adds it (a patched image), list it under engine_flags.image_adds" % (
+        "did you mean %s? " % meant if near else "", where, flag)
+
+
+def _wrong_kind(kind: str, value: Any, flag: str, listed: Optional[known_flags.FlagList]) -> str:
+    """Why VALUE cannot go with FLAG of KIND (a switch takes true or false, a value flag no bare true)."""
+    where = "%s %s" % (listed.engine, listed.version) if listed is not None else "the engine"
+    if kind == known_flags.SWITCH and value is not None and not isinstance(value, bool):
+        return "--%s is a switch in %s: write true to set it, false or null to leave it out" % (flag, where)
+    if kind == known_flags.VALUE and value is True:
+        return "--%s takes a value in %s: true would pass the flag alone; give its value" % (flag, where)
+    return ""
 
 
 def _check_file_overrides(name: str, section: str, overrides: Any) -> List[str]:
