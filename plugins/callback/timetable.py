@@ -29,7 +29,8 @@ options:
     env:
       - name: SPARKSERVE_TIMETABLE_PREFIX
 requirements:
-  - enabled in callbacks_enabled (C(ANSIBLE_CALLBACKS_ENABLED=sparkserve.deploy.timetable))
+  - enabled in callbacks_enabled (the scenarios set C(ANSIBLE_CALLBACKS_ENABLED), with stop_reason, the one
+    ansible.cfg enables)
 author:
   - sparkserve
 """

@@ -16,10 +16,11 @@ description:
     C(any_unparsed_is_failed) is set, the plugin leaves its report to the guard instead of failing the source, so
     that the report is not one warning among the other inventory plugins' followed by
     "Completely failed to parse inventory source".
-  - An inventory meant for sparkserve (it has a C(sparks) group, or sets a C(sparkserve_*) variable) with no host in
-    the C(sparks) group. Every sparkserve play runs on that group, so such a run would skip every play and succeed
-    having done nothing. The message names the inventory, where its hosts are, and the fix.
-  - An inventory with neither (the lab playbook's, a scenario's own) is left alone.
+  - An inventory meant for sparkserve (it has a C(sparks) group, sets a C(sparkserve_*) variable, or is given to one
+    of sparkserve's own playbooks, site.yml and playbooks/*.yml but the lab's) with no host in the C(sparks) group.
+    Every sparkserve play runs on that group, so such a run would skip every play and succeed having done nothing.
+    The message names the inventory, where its hosts are, and the fix.
+  - Any other inventory (the lab playbook's, a scenario's own) is left alone.
   - Enabled in ansible.cfg
     (C(vars_plugins_enabled = ansible.builtin.host_group_vars, sparkserve.deploy.inventory_guard)).
 options:
@@ -30,6 +31,7 @@ options:
     default: inventory
 """
 
+import os
 from typing import Any
 
 from ansible import context
@@ -44,6 +46,10 @@ from ansible_collections.sparkserve.deploy.plugins.plugin_utils.inventory_refusa
 )
 
 _PREFIX = "sparkserve_"
+# The checkout this plugin belongs to (plugins/vars/inventory_guard.py, through the collection's link).
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+# sparkserve's playbooks that run on the controller alone.
+_CONTROLLER_PLAYBOOKS = ("lab.yml", "lab-destroy.yml")
 
 
 class VarsModule(BaseVarsPlugin):
@@ -65,7 +71,7 @@ def _refuse(everything: Group, path: str) -> None:
     if sparks is not None and sparks.get_hosts():
         return
     hosts = everything.get_hosts()
-    meant = sparks is not None or any(
+    meant = sparks is not None or _runs_sparkserve_playbook() or any(
         name.startswith(_PREFIX) for holder in [*groups, *hosts] for name in holder.vars)
     if not meant:
         return
@@ -73,3 +79,16 @@ def _refuse(everything: Group, path: str) -> None:
     placement = {host.name: [group.name for group in host.get_groups() if group.name not in ("all", "ungrouped")]
                  for host in hosts}
     raise AnsibleError(no_spark(sources, sparks is not None, placement))
+
+
+def _runs_sparkserve_playbook() -> bool:
+    """Whether ansible-playbook was given one of sparkserve's playbooks that run on the sparks group."""
+    if any(context.CLIARGS.get(mode) for mode in ("syntax", "listtasks", "listtags", "listhosts")):
+        return False  # it only reads the playbook
+    playbooks = os.path.join(_ROOT, "playbooks")
+    for given in context.CLIARGS.get("args") or ():
+        path = os.path.realpath(str(given))
+        folder, name = os.path.split(path)
+        if path == os.path.join(_ROOT, "site.yml") or (folder == playbooks and name not in _CONTROLLER_PLAYBOOKS):
+            return True
+    return False

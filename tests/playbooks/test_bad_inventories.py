@@ -110,6 +110,35 @@ def test_hosts_under_all_without_a_sparks_group_are_refused(tmp_path: Path) -> N
     )
 
 
+@pytest.mark.parametrize("extra", [[], ["-e", "sparkserve_recipe=lab-tp2"]])
+def test_a_plain_inventory_given_to_a_sparkserve_playbook_is_refused(tmp_path: Path, extra: list[str]) -> None:
+    """No sparks group and no sparkserve_* variable: the playbook says what the inventory is for."""
+    inventory = write(tmp_path, """\
+        all:
+          hosts:
+            spark-a: {ansible_host: 127.0.0.11}
+            spark-b: {ansible_host: 127.0.0.12}
+        """)
+    for name in ("site.yml", "playbooks/render.yml", "playbooks/stop.yml"):
+        assert refused_as_read(playbook(tmp_path, inventory, name, *extra)) == (
+            f"inventory {inventory}: there is no sparks group, so sparkserve has no Spark to run on and every play "
+            f"would be skipped; its hosts (spark-a, spark-b) sit directly under all. Fix: {FIX}."
+        )
+
+
+def test_an_inventory_given_as_a_host_list_stops_the_run(tmp_path: Path) -> None:
+    """-i a,b, is no file, so the guard never sees it; the sparks pattern matching nothing is an error then."""
+    done = ansible(tmp_path, "ansible-playbook", "-i", "spark-a,spark-b,", str(ROOT / "site.yml"))
+    assert done.returncode != 0 and "PLAY [" not in done.stdout, done.stdout
+    assert done.stderr.strip().splitlines()[-1] == "[ERROR]: Could not match supplied host pattern, ignoring: sparks"
+
+
+def test_a_misspelt_sparks_group_given_to_a_playbook_is_pointed_at(tmp_path: Path) -> None:
+    inventory = write(tmp_path, "spark:\n  hosts:\n    spark-a: {ansible_host: 127.0.0.11}\n")
+    assert refused_as_read(playbook(tmp_path, inventory, "site.yml")).endswith(
+        "its hosts (spark-a) are in spark, not in sparks (is the group spark meant to be sparks?). Fix: %s." % FIX)
+
+
 def test_a_misspelt_sparks_group_is_pointed_at(tmp_path: Path) -> None:
     inventory = write(tmp_path, """\
         spark:
@@ -130,6 +159,9 @@ def test_an_inventory_not_meant_for_sparkserve_is_left_alone(tmp_path: Path) -> 
     done = ansible(tmp_path, "ansible-inventory", "-i", str(inventory), "--graph")
     assert done.returncode == 0, done.stderr
     assert "builder" in done.stdout
+    # The lab's own playbooks run on the controller with whatever inventory they are given.
+    done = playbook(tmp_path, inventory, "playbooks/lab-destroy.yml", "--syntax-check")
+    assert done.returncode == 0, done.stderr
 
 
 # --- 3. values that would fail later on the nodes ---------------------------------------------

@@ -688,6 +688,31 @@ def test_secrets_are_masked_where_printed() -> None:
     yaml.safe_load(ms.DOCUMENTATION)
 
 
+# Credential-shaped test values (none is a real token).
+HF_LIKE = "hf_" + "aB3" * 12
+TOKEN_LIKE = [HF_LIKE, "sk-" + "x9" * 12, "ghp_" + "Q" * 36, "AKIA" + "7" * 16, "xoxb-1234-5678-abcdef"]
+
+
+@pytest.mark.parametrize("token", TOKEN_LIKE)
+def test_a_credential_shaped_value_is_refused_whatever_its_name(token: str) -> None:
+    for data, path in ((base(env={"HF_AUTH": token}), "env.HF_AUTH"),
+                       (base(engine_args={"allowed-origins": [token]}), "engine_args.allowed-origins"),
+                       (base(engine_args={"speculative-config": {"note": token}}), "engine_args.speculative-config")):
+        message = one_error(data)
+        assert message.startswith("recipe t: %s is ********; its value has the form of a credential" % path)
+        assert "Ansible Vault as weights_hf_token" in message and token not in message
+
+
+def test_credential_shaped_values_are_masked_where_printed() -> None:
+    from ansible_collections.sparkserve.deploy.plugins.filter import mask_secrets as ms
+
+    mask = ms.FilterModule().filters()["mask_secrets"]
+    assert mask({"HF_AUTH": HF_LIKE, "MODEL": "/models/hf_tiny", "PATH_HINT": "task-list"}) == {
+        "HF_AUTH": "********", "MODEL": "/models/hf_tiny", "PATH_HINT": "task-list"}
+    assert mask(["vllm", "--note", HF_LIKE, "--json", '{"k":"%s"}' % HF_LIKE, "--x", "sk-short"]) == [
+        "vllm", "--note", "********", "--json", "********", "--x", "sk-short"]
+
+
 @pytest.mark.parametrize("image", [
     "eugr/Spark-vLLM@" + DIGEST,
     "Eugr/spark@" + DIGEST,

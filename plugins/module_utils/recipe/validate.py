@@ -32,8 +32,12 @@ from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe.schema im
     _VARIABLE,
     RECIPE_SPEC,
 )
-from ansible_collections.sparkserve.deploy.plugins.module_utils.secrets import MASK, looks_secret
+from ansible_collections.sparkserve.deploy.plugins.module_utils.secrets import MASK, looks_like_token, looks_secret
 
+_TOKEN_FIX = ("its value has the form of a credential (a Hugging Face, OpenAI, GitHub, AWS or Slack token), and a "
+              "recipe is committed and printed: remove it from the recipe, and keep the Hugging Face token in "
+              "Ansible Vault as weights_hf_token (ansible-vault encrypt_string --name weights_hf_token), which the "
+              "weights stage uses, and any other secret in Vault too")
 _TYPE_WORDS = {
     "str": "a string",
     "int": "an integer",
@@ -56,8 +60,17 @@ def _show(value: Any) -> str:
 def _message(name: str, path: str, value: Any, fix: str) -> str:
     # The value of a secret-looking env name or engine flag is never printed.
     parts = path.split(" ")[0].split(".", 1)
-    secret = parts[0] in ("env", "engine_args") and len(parts) == 2 and looks_secret(parts[1])
+    secret = (parts[0] in ("env", "engine_args") and len(parts) == 2 and looks_secret(parts[1])) \
+        or _holds_token(value)
     return "recipe %s: %s is %s; %s." % (name, path, MASK if secret else _show(value), fix.rstrip("."))
+
+
+def _holds_token(value: Any) -> bool:
+    """Whether VALUE, or anything in it, has the form of a credential."""
+    try:
+        return looks_like_token(value if isinstance(value, str) else json.dumps(value, default=str))
+    except (TypeError, ValueError):
+        return False
 
 
 def _count(count: Any, noun: str) -> str:
@@ -547,6 +560,8 @@ def _cross_checks(recipe: Dict[str, Any], name: str, data: Mapping[str, Any]) ->
                                        "Hugging Face token in Ansible Vault as weights_hf_token (ansible-vault "
                                        "encrypt_string --name weights_hf_token), which the weights stage uses, and "
                                        "any other secret in Vault too"))
+            elif looks_like_token(env[key]):
+                errors.append(_message(name, "env.%s" % key, env[key], _TOKEN_FIX))
 
     if adapter is not None:
         errors.extend(_message(name, path, value, fix) for path, value, fix in adapter.problems(recipe))
@@ -728,6 +743,8 @@ def _check_supply(recipe: Mapping[str, Any], name: str, data: Mapping[str, Any])
 
 
 def _check_arg_value(name: str, path: str, value: Any) -> List[str]:
+    if _holds_token(value):
+        return [_message(name, path, value, _TOKEN_FIX)]
     scalar = (str, int, float, bool)
     if value is None or isinstance(value, scalar):
         return []
