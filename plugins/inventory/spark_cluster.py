@@ -169,6 +169,7 @@ from ansible_collections.sparkserve.deploy.plugins.module_utils.cluster import (
     cluster_hostvars,
     validate_cluster,
 )
+from ansible_collections.sparkserve.deploy.plugins.plugin_utils.cluster_file_lines import field_lines, locate
 from ansible_collections.sparkserve.deploy.plugins.plugin_utils.inventory_refusal import guard_speaks, leave
 
 try:
@@ -238,7 +239,8 @@ class InventoryModule(BaseInventoryPlugin):
         except AnsibleError as error:
             if not getattr(error.obj, "line_num", None):  # not a YAML error: the file could not be read
                 return f"{path}: {error.message}"
-            return (f"{error.obj}: {error.message} The cluster file is not valid YAML; fix it there "
+            tabs = " Indent with spaces: replace each tab with spaces." if "Tabs" in error.message else ""
+            return (f"{error.obj}: {error.message}{tabs} The cluster file is not valid YAML; fix it there "
                     "(inventory/example/two-sparks.sparks.yml shows the format).")
         problems: list[str] = []
         if isinstance(raw, Mapping):
@@ -254,7 +256,8 @@ class InventoryModule(BaseInventoryPlugin):
 
         extra = _host_vars(self.get_option("vars"), "vars", problems)
         cluster, node_vars, unnamed = self._cluster(problems)
-        if cluster is not None:
+        misspelt = any("has unknown key" in problem for problem in problems)
+        if cluster is not None and not misspelt:  # a misspelt key's follow-on problems would bury it
             # A node without a name was reported as such; its stand-in name (nodes[N]) is not one to rename.
             problems += [problem for problem in validate_cluster(cluster)
                          if not any(problem.startswith(f"{PREFIX}node name {name!r}") for name in unnamed)]
@@ -374,8 +377,19 @@ def _misnamed(path: str) -> int | None:
 
 
 def _report(path: str, problems: list[str]) -> str:
+    """The file's problems, one a line, each with the line of the field it is about where there is one."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            lines = field_lines(handle.read(1 << 20))
+    except OSError:
+        lines = {}
+    shown = []
+    for problem in problems:
+        message = problem.removeprefix(PREFIX)
+        line = locate(message, lines)
+        shown.append(f"line {line}: {message}" if line else message)
     count = len(problems)
-    return f"{path}: {count} problem{'s' if count != 1 else ''} in the Spark cluster file:\n" + "\n".join(problems)
+    return f"{path}: {count} problem{'s' if count != 1 else ''} in the Spark cluster file:\n" + "\n".join(shown)
 
 
 def _host_vars(value: Any, where: str, problems: list[str]) -> dict:
@@ -394,8 +408,13 @@ def _host_vars(value: Any, where: str, problems: list[str]) -> dict:
 
 
 def _unknown(data: Mapping, allowed: tuple[str, ...], where: str) -> list[str]:
-    return [f"{PREFIX}{where} has unknown key {key!r}; the keys are {', '.join(allowed)}."
-            for key in data if key not in allowed]
+    problems = []
+    for key in data:
+        if key not in allowed:
+            near = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.7)
+            fix = f"did you mean {near[0]!r}? " if near else ""
+            problems.append(f"{PREFIX}{where} has unknown key {key!r}; {fix}the keys are {', '.join(allowed)}.")
+    return problems
 
 
 def _twins(fabric: Mapping, problems: list[str]) -> list[Twin] | None:

@@ -200,7 +200,7 @@ def test_a_bad_cluster_file_is_the_one_error_shown(tmp_path: Path) -> None:
     inventory = cluster_file(tmp_path, mtu=90000)
     assert refused_as_read(playbook(tmp_path, inventory, "site.yml")) == (
         f"{inventory}: 1 problem in the Spark cluster file:\n"
-        "inventory: fabric MTU 90000 is outside 1280..9216; set sparkserve_fabric_mtu (fabric.mtu in a .sparks.yml) "
+        "line 4: fabric MTU 90000 is outside 1280..9216; set sparkserve_fabric_mtu (fabric.mtu in a .sparks.yml) "
         "to a whole number in 1280..9216: 9000, the Spark community default, or 1500."
     )
 
