@@ -11,9 +11,11 @@ else the fabric or top-level field; None when it names none (a missing key).
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, Optional
+from typing import Dict, Optional
 
 import yaml
+
+from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe.load import key_lines
 
 NODE_BY_NAME = "node:"
 
@@ -25,24 +27,15 @@ def field_lines(text: str) -> Dict[str, int]:
     except yaml.YAMLError:
         return {}
     lines: Dict[str, int] = {}
-
-    def walk(node: Any, path: str) -> None:
-        if isinstance(node, yaml.MappingNode):
-            for key, value in node.value:
-                name = str(key.value)
-                here = f"{path}.{name}" if path else name
-                lines.setdefault(here, key.start_mark.line + 1)
-                walk(value, here)
-                if path.startswith("nodes[") and path.count(".") == 0 and name == "name" \
-                        and isinstance(value, yaml.ScalarNode):
-                    lines.setdefault(NODE_BY_NAME + str(value.value), lines[path])
-        elif isinstance(node, yaml.SequenceNode):
-            for index, item in enumerate(node.value):
-                here = f"{path}[{index}]"
-                lines.setdefault(here, item.start_mark.line + 1)
-                walk(item, here)
-
-    walk(root, "")
+    key_lines(root, "", lines, [])
+    nodes = root.value if isinstance(root, yaml.MappingNode) else []
+    for key, value in nodes:
+        if key.value == "nodes" and isinstance(value, yaml.SequenceNode):
+            for entry in value.value:
+                name = next((v.value for k, v in entry.value if k.value == "name" and isinstance(v, yaml.ScalarNode)),
+                            None) if isinstance(entry, yaml.MappingNode) else None
+                if name is not None:
+                    lines.setdefault(NODE_BY_NAME + str(name), entry.start_mark.line + 1)
     return lines
 
 

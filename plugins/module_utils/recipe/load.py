@@ -24,7 +24,8 @@ _YAML_FIXES = (
     ("flow sequence", "close the [ opened there with ], or quote the value if the [ belongs to it"),
     ("flow mapping", "close the { opened there with }, or quote the value if the { belongs to it"),
     ("quoted scalar", "close the quote opened there, or quote the value with the other kind of quote"),
-    ("mapping values are not allowed", "quote a value that holds ': ', or give each key its own line"),
+    ("mapping values are not allowed", "quote a value that holds ': ', give each key its own line, or indent the "
+                                       "key as the other keys of its mapping"),
     ("could not find expected ':'", "write each field as KEY: VALUE, with a space after the colon"),
     ("expected <block end>", "indent the fields of one mapping by the same number of spaces"),
 )
@@ -45,7 +46,7 @@ def _where(shown: str, line: Optional[int] = None, column: Optional[int] = None)
     return shown + ("" if line is None else ", line %d" % line) + ("" if column is None else ", column %d" % column)
 
 
-def _lines_of(node: Any, prefix: str, lines: Dict[str, int], twice: List[Tuple[str, int, int]]) -> None:
+def key_lines(node: Any, prefix: str, lines: Dict[str, int], twice: List[Tuple[str, int, int]]) -> None:
     """The line of every key under NODE, by dotted path; keys given twice in one mapping go to TWICE."""
     import yaml
 
@@ -59,12 +60,12 @@ def _lines_of(node: Any, prefix: str, lines: Dict[str, int], twice: List[Tuple[s
                 twice.append((path, line, seen[key]))
             seen.setdefault(key, line)
             lines.setdefault(path, line)
-            _lines_of(value_node, path, lines, twice)
+            key_lines(value_node, path, lines, twice)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
             path = "%s[%d]" % (prefix, i)
             lines.setdefault(path, item.start_mark.line + 1)
-            _lines_of(item, path, lines, twice)
+            key_lines(item, path, lines, twice)
 
 
 def _yaml_error(name: str, shown: str, text: str, error: Any) -> str:
@@ -126,7 +127,7 @@ def load_recipe_file(path: str, name: str) -> Tuple[Any, Dict[str, int], List[st
                           "recipes/README.md)." % (name, _where(shown, node.start_mark.line + 1), kind, name)]
     lines: Dict[str, int] = {}
     twice: List[Tuple[str, int, int]] = []
-    _lines_of(node, "", lines, twice)
+    key_lines(node, "", lines, twice)
     errors = ["recipe %s (%s): %s is given twice in one mapping (first at line %d); YAML keeps only the last, "
               "so keep one." % (name, _where(shown, line), key, first) for key, line, first in twice]
     return (None if errors else data), lines, errors
