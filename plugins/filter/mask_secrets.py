@@ -16,8 +16,10 @@ description:
     C(TOKENIZERS_PARALLELISM) or C(NCCL_IB_PKEY)); its value is replaced by C(********).
   - A mapping is an environment (name to value); a list is a command line, where the word after a
     secret-looking flag (C(--api-key VALUE)), or the part after its C(=), is masked.
-  - A recipe's C(env) may not hold such names (the validator refuses them); this covers every other way a
-    value reaches what sparkserve prints.
+  - A value with the form of a well-known credential (a Hugging Face C(hf_...), OpenAI C(sk-...), GitHub, AWS
+    or Slack token) is masked whatever its name, in an environment and on a command line.
+  - A recipe's C(env) may not hold such names or values (the validator refuses them); this covers every other
+    way a value reaches what sparkserve prints.
 options:
   _input:
     description: An environment (a mapping) or a command line (a list of words). Anything else is returned as is.
