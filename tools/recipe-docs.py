@@ -28,7 +28,7 @@ COLLECTIONS = str(ROOT / "collections")
 if COLLECTIONS not in sys.path:
     sys.path.insert(0, COLLECTIONS)
 
-from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe.schema import (  # noqa: E402
+from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe.schema import (  # noqa: E402 (after the sys.path line above)
     RECIPE_SCHEMA,
     RECIPE_SPEC,
 )
