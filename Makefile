@@ -77,8 +77,10 @@ lint: lint-yaml lint-ansible lint-python lint-prometheus
 lint-yaml:
 	@$(TIMED) yamllint -- yamllint --strict .
 
+# ansible-lint syntax-checks each playbook with no inventory, where a play on sparks matches no host: that is
+# an error for real runs (ansible.cfg's host_pattern_mismatch), not for a syntax check.
 lint-ansible:
-	@$(TIMED) ansible-lint -- ansible-lint --offline --profile production
+	@$(TIMED) ansible-lint -- env ANSIBLE_HOST_PATTERN_MISMATCH=warning ansible-lint --offline --profile production
 
 lint-python:
 	@$(TIMED) ruff -- ruff check .
