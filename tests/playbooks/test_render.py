@@ -93,6 +93,16 @@ def test_an_unknown_recipe_is_named_with_the_choices(tmp_path: Path) -> None:
     assert done.returncode != 0
     assert 'recipe "no-such-recipe" is unknown; sparkserve_recipe must be one of' in out
     assert "lab-tp2" in out and "lab-tp4" in out
+    assert "did you mean" not in out
+
+
+def test_a_mistyped_recipe_is_told_its_close_match(tmp_path: Path) -> None:
+    done = render(cluster_file(tmp_path, recipe="lab-tp22"))
+    assert done.returncode != 0
+    assert ('recipe "lab-tp22" is unknown; did you mean lab-tp2 or lab-tp4? sparkserve_recipe must be one of'
+            in flat(done.stdout + done.stderr))
+    # The reason is also the last thing shown, after the recap.
+    assert flat(done.stderr).rstrip().endswith("recipe: in a .sparks.yml).")
 
 
 def test_a_recipe_for_another_cluster_size_is_refused(tmp_path: Path) -> None:
