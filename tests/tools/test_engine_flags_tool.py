@@ -49,5 +49,8 @@ def test_the_written_list_is_what_validation_reads(tmp_path: Path, monkeypatch: 
         (tmp_path / "toy-2.0.json").write_text(json.dumps({**document, "flags": {"x": "maybe"}}), encoding="utf-8")
         with pytest.raises(ValueError, match="is not a flag list of toy 2.0"):
             known_flags.load("toy", "2.0")
+        (tmp_path / "toy-3.0.json").write_text("[1, 2]", encoding="utf-8")
+        with pytest.raises(ValueError, match="is not a flag list of toy 3.0"):
+            known_flags.load("toy", "3.0")
     finally:
         known_flags.load.cache_clear()

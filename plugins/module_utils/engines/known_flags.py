@@ -65,7 +65,9 @@ def load(engine: str, version: str) -> FlagList:
     path = os.path.join(FLAGS_DIR, "%s-%s.json" % (engine, version))
     with open(path, encoding="utf-8") as handle:
         document = json.load(handle)
-    flags = document.get("flags") if isinstance(document, dict) else None
+    if not isinstance(document, dict):
+        document = {}
+    flags = document.get("flags")
     if document.get("engine") != engine or document.get("version") != version or not isinstance(flags, dict) \
             or any(kind not in (SWITCH, VALUE) for kind in flags.values()):
         raise ValueError("%s is not a flag list of %s %s as tools/engine-flags.py writes it" % (path, engine, version))
