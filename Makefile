@@ -92,10 +92,19 @@ lint-prometheus:
 	@$(TIMED) promtool -- promtool check rules roles/monitoring/files/sparkserve.alerts.yml
 	@$(TIMED) "promtool test" -- promtool test rules $(wildcard tests/monitoring/*.test.yml)
 
-## molecule: one lab for every scenario. default destroys what an earlier run
-## left and creates the 2-node lab; faults starts from the state default left;
-## cluster4 grows the same lab to 4 nodes and destroys it at the end.
-molecule: molecule-default molecule-faults molecule-cluster4
+## molecule: two labs at once, on the two cores. On one, default destroys what
+## an earlier run left and creates the 2-node lab, and cluster4 grows it to 4
+## nodes and destroys it at the end; beside it, the faults scenario brings up
+## its own 2-node lab (molecule/faults/vars/lab.yml) and destroys it at the
+## end. The images both labs use are built first, once. The faults' output is
+## kept in .cache/faults.log and shown after the other scenarios'.
+molecule:
+	@$(TIMED) "lab images" -- ansible-playbook playbooks/lab.yml --tags lab-images
+	@$(MAKE) --no-print-directory molecule-faults >.cache/faults.log 2>&1 & faults=$$!; \
+	$(MAKE) --no-print-directory molecule-default molecule-cluster4; lab=$$?; \
+	wait $$faults; faulty=$$?; \
+	echo "--- the faults scenario (.cache/faults.log) ---"; cat .cache/faults.log; \
+	test $$lab -eq 0 -a $$faulty -eq 0
 
 molecule-default:
 	@$(TIMED) "molecule default" -- molecule test -s default
