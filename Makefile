@@ -22,9 +22,10 @@ demo: setup lab
 	sparkserve up --ask "The capital of France is"
 
 ## test: the whole test suite (what CI runs), then the time table. After setup,
-## pytest (on one core) and the linters, which need no lab, run beside the
-## lab's scenarios (on the other); their output is kept in .cache/static.log
-## and shown after molecule's. The table's total is the wall time.
+## pytest (one worker) and the linters, which need no lab, run beside the
+## scenarios of the two labs (molecule); their output is kept in
+## .cache/static.log and shown after molecule's. The table's total is the wall
+## time.
 test:
 	@python3 tools/timetable.py reset
 	@$(MAKE) --no-print-directory setup
