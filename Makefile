@@ -13,7 +13,7 @@ TIMED := python3 tools/timetable.py run
 PYTEST_WORKERS ?= auto
 
 .PHONY: demo test check setup lab lab-destroy site docs pytest lint lint-yaml lint-ansible lint-python lint-prometheus \
-	molecule molecule-default molecule-faults molecule-cluster4
+	molecule molecule-default molecule-supervisor molecule-faults molecule-cluster4
 
 ## demo: set this machine up, bring up a 2-node lab, bring the deployment up
 ## on it with the sparkserve command (site.yml through ansible-runner, shown
@@ -94,15 +94,16 @@ lint-prometheus:
 	@$(TIMED) "promtool test" -- promtool test rules $(wildcard tests/monitoring/*.test.yml)
 
 ## molecule: two labs at once, on the two cores. On one, default destroys what
-## an earlier run left and creates the 2-node lab, and cluster4 grows it to 4
-## nodes and destroys it at the end; beside it, the faults scenario brings up
+## an earlier run left and creates the 2-node lab, supervisor runs the
+## supervisor's faults on it, and cluster4 grows it to 4 nodes and destroys it
+## at the end; beside it, the faults scenario brings up
 ## its own 2-node lab (molecule/faults/vars/lab.yml) and destroys it at the
 ## end. The images both labs use are built first, once. The faults' output is
 ## kept in .cache/faults.log and shown after the other scenarios'.
 molecule:
 	@$(TIMED) "lab images" -- ansible-playbook playbooks/lab.yml --tags lab-images
 	@$(MAKE) --no-print-directory molecule-faults >.cache/faults.log 2>&1 & faults=$$!; \
-	$(MAKE) --no-print-directory molecule-default molecule-cluster4; lab=$$?; \
+	$(MAKE) --no-print-directory molecule-default molecule-supervisor molecule-cluster4; lab=$$?; \
 	wait $$faults; faulty=$$?; \
 	echo "--- the faults scenario (.cache/faults.log) ---"; cat .cache/faults.log; \
 	test $$lab -eq 0 -a $$faulty -eq 0
@@ -112,6 +113,9 @@ molecule-default:
 
 molecule-faults:
 	@$(TIMED) "molecule faults" -- molecule test -s faults
+
+molecule-supervisor:
+	@$(TIMED) "molecule supervisor" -- molecule test -s supervisor
 
 # molecule skips a create its own state says was done; cluster4's create must
 # always grow the lab, so its state is reset first.
