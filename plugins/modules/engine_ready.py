@@ -21,6 +21,10 @@ description:
   - A rank the kernel's out-of-memory killer ended (C(docker inspect) shows C(OOMKilled)) is reported as
     killed by its container's memory cap, named (O(containers[].memory_limit)), or by the kernel's
     out-of-memory killer when it has no cap.
+  - Ranks often go down together (a worker exits when the head it joined dies), and docker may record
+    the consequence before the cause. When the ranks found stopped exited on their own, the ranks still
+    running are checked again up to three times, a second apart, and every rank that stopped meanwhile
+    is reported too. RV(stopped) lists the ranks the out-of-memory killer ended first, then by rank.
   - Does not fail because the engine is not ready yet; it returns RV(ready=false) and the caller loops
     (C(until), C(retries)). Connection refused counts as "not up yet".
   - Fails when the engine is known dead. vLLM keeps answering C(/v1/models) with 200 after its engine
@@ -223,6 +227,11 @@ MIN_REQUEST_S = 1.0
 MIN_POLL_S = 0.1
 # Seconds between two checks of a peer whose ssh did not connect, before it counts as lost.
 RECHECK_PAUSE_S = 1.0
+# A rank that stops often takes its peers down with it (a worker whose head died exits as it loses the
+# head), and docker may record the peer's exit before the first rank's: when the ranks found stopped
+# exited on their own (none was ended by the out-of-memory killer), those still running are checked
+# again this many times, RECHECK_PAUSE_S apart, and every rank that stopped meanwhile is told too.
+STOP_SETTLE_CHECKS = 3
 # How long one check of a watched container may take (docker inspect, or ssh to the peer and docker inspect).
 WATCH_TIMEOUT_S = 10.0
 # How long ssh may take to connect to a peer on the management network; a peer that does not connect in
@@ -510,6 +519,23 @@ def confirm_lost(unreached: list[dict[str, Any]], checks: int, run: Runner,
     return still
 
 
+def settle_stopped(stopped: list[dict[str, Any]], containers: list[dict[str, Any]], run: Runner,
+                   sleep: Callable[[float], None]) -> list[dict[str, Any]]:
+    """The ranks found stopped and those that stop within STOP_SETTLE_CHECKS more checks (only while no
+    rank found stopped was ended by the out-of-memory killer), those the killer ended first, then by rank."""
+    found = {s["name"] for s in stopped}
+    running = [c for c in containers if c["name"] not in found]
+    for _ in range(STOP_SETTLE_CHECKS):
+        if not running or any(s.get("oom_killed") for s in stopped):
+            break
+        sleep(RECHECK_PAUSE_S)
+        more, _, _ = check_containers(running, run)
+        stopped = stopped + more
+        ended = {s["name"] for s in more}
+        running = [c for c in running if c["name"] not in ended]
+    return sorted(stopped, key=lambda s: (not s.get("oom_killed"), s["rank"]))
+
+
 def wait_ready(params: dict[str, Any], clock: Callable[[], float] = time.monotonic,
                sleep: Callable[[float], None] = time.sleep, run: Runner = run_command) -> dict[str, Any]:
     """Poll until the engine is ready, a watched rank stopped or about wait_s seconds passed.
@@ -566,6 +592,7 @@ def wait_ready(params: dict[str, Any], clock: Callable[[], float] = time.monoton
                                  "elapsed_s": round(clock() - start, 2), "models": models, "stopped": stopped,
                                  "lost": lost, "watch_errors": watch_errors})
             if stopped:
+                stopped = settle_stopped(stopped, params["containers"], run, sleep)
                 # An out-of-memory reason has commas of its own: such ranks are set apart by semicolons.
                 names = ("; " if any(s.get("oom_killed") for s in stopped) else ", ").join(map(stopped_line, stopped))
                 return reported({"ready": False, "stage": "rank_stopped", "detail": f"stopped before ready: {names}",

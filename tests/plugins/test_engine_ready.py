@@ -385,12 +385,35 @@ def test_a_stopped_worker_ends_the_wait_with_who_and_how(serve: Callable[..., st
     engine.health = (503, "loading")
     docker = FakeDocker({"d-rank0": {"Running": True, "ExitCode": 0}, "d-rank1": {"Running": False, "ExitCode": 137}})
     containers = [{"name": "d-rank0", "host": "", "rank": 0}, {"name": "d-rank1", "host": "spark-2", "rank": 1}]
-    result = er.wait_ready(params(serve(engine), containers=containers), run=docker)
+    pauses: list[float] = []
+    result = er.wait_ready(params(serve(engine), containers=containers), run=docker, sleep=pauses.append)
     assert result["stage"] == "rank_stopped" and not result["ready"]
     assert result["stopped"] == [{"rank": 1, "host": "spark-2", "name": "d-rank1", "state": "exited", "exit_code": 137}]
     assert docker.commands[0][:2] == ["docker", "inspect"]
     assert docker.commands[1][0] == "ssh" and "spark-2" in docker.commands[1]
+    assert docker.commands[2:] == [docker.commands[0]] * er.STOP_SETTLE_CHECKS, \
+        "the head, still running, is checked again before the worker alone is told"
+    assert pauses == [er.RECHECK_PAUSE_S] * er.STOP_SETTLE_CHECKS
     assert engine.count == {}, "no HTTP probe once a rank is known stopped"
+
+
+def test_a_head_whose_exit_docker_records_after_its_workers_is_told_first(serve: Callable[..., str]) -> None:
+    # The head's memory cap ends it; its worker, losing the head, exits with code 1, and docker
+    # records the worker's exit at the first check and the head's only at the next.
+    docker = FakeDocker({"d-rank0": {"Running": True, "ExitCode": 0},
+                         "d-rank1": {"Running": False, "OOMKilled": False, "ExitCode": 1}})
+
+    def pause(_: float) -> None:
+        docker.states["d-rank0"] = {"Running": False, "OOMKilled": True, "ExitCode": 137}
+    containers = [{"name": "d-rank0", "host": "", "rank": 0, "memory_limit": "256m"},
+                  {"name": "d-rank1", "host": "spark-2", "rank": 1, "memory_limit": "256m"}]
+    result = er.wait_ready(params(serve(FakeEngine()), containers=containers), run=docker, sleep=pause)
+    head, worker = result["stopped"]
+    assert head["name"] == "d-rank0" and head["oom_killed"] is True
+    assert worker == {"rank": 1, "host": "spark-2", "name": "d-rank1", "state": "exited", "exit_code": 1}
+    assert result["detail"] == (f"stopped before ready: rank 0 on this node (container d-rank0) {head['reason']}; "
+                                "rank 1 (d-rank1) exited")
+    assert len(docker.commands) == 3, "checks stop once every rank is found stopped"
 
 
 MEMORY_HINT = "lower the engine's memory use (kv cache, max-model-len)"
