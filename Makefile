@@ -22,14 +22,17 @@ demo: setup lab
 	sparkserve up --ask "The capital of France is"
 
 ## test: the whole test suite (what CI runs), then the time table. After setup,
-## pytest (one worker) and the linters, which need no lab, run beside the
+## pytest (one worker) and then the linters, which need no lab, run beside the
 ## scenarios of the two labs (molecule); their output is kept in
-## .cache/static.log and shown after molecule's. The table's total is the wall
-## time.
+## .cache/static.log and shown after molecule's. The two labs are the longest
+## path, so the linters (which wait on nothing) run at a lower priority and take
+## the cores while the labs wait; pytest, whose tests of the doubles run on real
+## time, does not. The table's total is the wall time.
 test:
 	@python3 tools/timetable.py reset
 	@$(MAKE) --no-print-directory setup
-	@$(MAKE) --no-print-directory pytest lint PYTEST_WORKERS=1 >.cache/static.log 2>&1 & static=$$!; \
+	@{ $(MAKE) --no-print-directory pytest PYTEST_WORKERS=1; tests=$$?; \
+	   nice -n 10 $(MAKE) --no-print-directory lint; test $$tests -eq 0 -a $$? -eq 0; } >.cache/static.log 2>&1 & static=$$!; \
 	$(MAKE) --no-print-directory molecule; lab=$$?; \
 	wait $$static; checks=$$?; \
 	echo "--- pytest and the linters (.cache/static.log) ---"; cat .cache/static.log; \
