@@ -56,11 +56,8 @@ want=$(cat requirements.txt requirements-dev.txt pyproject.toml | sha256sum | cu
 if [ "$(cat .venv/.requirements 2>/dev/null)" != "$want" ]; then
   echo "setup: installing the pinned Python packages into .venv"
   [ -x .venv/bin/python ] || "$python" -m venv .venv
-  # --no-compile: pip would byte-compile every file it installs (the ansible
-  # package's collections alone are tens of thousands, most never imported),
-  # which is half of the install's time; Python compiles what is imported, once.
-  .venv/bin/pip install -q --no-compile --disable-pip-version-check -r requirements-dev.txt
+  .venv/bin/pip install -q --disable-pip-version-check -r requirements-dev.txt
   # The sparkserve command, editable: it runs this checkout's playbooks.
-  .venv/bin/pip install -q --no-compile --disable-pip-version-check --no-deps -e .
+  .venv/bin/pip install -q --disable-pip-version-check --no-deps -e .
   echo "$want" >.venv/.requirements
 fi
