@@ -26,7 +26,7 @@ class Engine(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(payload)
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the signature http.server calls
+    def log_message(self, fmt: str, *args: object) -> None:
         return
 
 

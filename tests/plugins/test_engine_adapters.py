@@ -157,7 +157,7 @@ class ToyHandler(BaseHTTPRequestHandler):
         else:
             self._send(404, "no such path")
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
+    def log_message(self, fmt: str, *args: Any) -> None:
         pass
 
 

@@ -70,7 +70,7 @@ class Handler(BaseHTTPRequestHandler):
     do_GET = _respond  # noqa: N815 (http.server's handler name)
     do_POST = _respond  # noqa: N815 (http.server's handler name)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
+    def log_message(self, fmt: str, *args: Any) -> None:
         pass
 
 

@@ -168,8 +168,8 @@ class Handler(BaseHTTPRequestHandler):
         super().setup()
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
-        self.api.log.info("%s:%s - %s" % (self.client_address[0], self.client_address[1], format % args))
+    def log_message(self, fmt: str, *args: Any) -> None:
+        self.api.log.info("%s:%s - %s" % (self.client_address[0], self.client_address[1], fmt % args))
 
     # --- responses ------------------------------------------------------
 
