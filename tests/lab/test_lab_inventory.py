@@ -7,8 +7,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "roles/lab/templates/inventory/lab/cluster.sparks.yml.j2"
-README = ROOT / "README.md"
-TABLE_HEADING = "### What the lab makes real, and what it stands in for"
+README = ROOT / "lab/README.md"
+TABLE_HEADING = "## What the lab makes real, and what it stands in for"
 
 # The paths a Spark takes that the lab once turned off: none may come back.
 TURNED_OFF = {
