@@ -18,14 +18,14 @@ from typing import Any, Dict, List, Mapping
 from ansible_collections.sparkserve.deploy.plugins.module_utils.engines import ENGINE_NAMES, ENGINES
 from ansible_collections.sparkserve.deploy.plugins.module_utils.engines.base import Engine
 from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe.schema import _CONTAINER_NAME
-from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe.validate import _show
+from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe.walk import show
 
 
 def adapter_of(recipe: Mapping[str, Any]) -> Engine:
     """The adapter of the recipe's engine."""
     engine = recipe.get("engine")
     if not isinstance(engine, str) or engine not in ENGINES:
-        raise ValueError("engine is %s; use one of %s" % (_show(engine), ", ".join(ENGINE_NAMES)))
+        raise ValueError("engine is %s; use one of %s" % (show(engine), ", ".join(ENGINE_NAMES)))
     return ENGINES[engine]
 
 
@@ -44,12 +44,12 @@ def render_rank(recipe: Dict[str, Any], deployment: str, rank: int, world_size: 
     own file (``/etc/sparkserve/fabric.env``, written by the fabric stage).
     """
     if not isinstance(world_size, int) or world_size < 1:
-        raise ValueError("world_size is %s; it must be a positive integer" % _show(world_size))
+        raise ValueError("world_size is %s; it must be a positive integer" % show(world_size))
     if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < world_size:
-        raise ValueError("rank is %s; it must be between 0 and %d" % (_show(rank), world_size - 1))
+        raise ValueError("rank is %s; it must be between 0 and %d" % (show(rank), world_size - 1))
     if not isinstance(deployment, str) or not _CONTAINER_NAME.match(deployment):
         raise ValueError("deployment is %s; use letters, digits, _ . and -, starting with a letter or digit"
-                         % _show(deployment))
+                         % show(deployment))
     if not head_fabric_ip:
         raise ValueError("head_fabric_ip is empty; give the head's fabric address")
 
@@ -58,7 +58,7 @@ def render_rank(recipe: Dict[str, Any], deployment: str, rank: int, world_size: 
     head = rank == 0
     container_name = launch["container_name"].format(deployment=deployment, rank=rank)
     if not _CONTAINER_NAME.match(container_name):
-        raise ValueError("container name %s is not valid for docker" % _show(container_name))
+        raise ValueError("container name %s is not valid for docker" % show(container_name))
 
     argv = engine.launch_argv(recipe, rank, world_size, head_fabric_ip)
     argv += engine.kv_words(recipe.get("kv_cache") or {})
@@ -86,7 +86,7 @@ def render_mounts(recipe: Dict[str, Any]) -> List[Dict[str, str]]:
         for i, item in enumerate(part.get("file_overrides") or []):
             if not isinstance(item.get("sha256"), str):
                 raise ValueError("%s.file_overrides[%d].sha256 is not resolved; validate the recipe with the value "
-                                 "of %s first" % (section, i, _show(item.get("sha256_from"))))
+                                 "of %s first" % (section, i, show(item.get("sha256_from"))))
             target = posixpath.normpath(posixpath.join(part["path_in_container"], item["path"]))
             mounts.append({"source_rel": item["source"], "target": target, "sha256": item["sha256"]})
     return mounts
