@@ -16,6 +16,7 @@ from typing import IO, Any
 
 from rich.console import Console
 
+from ansible_collections.sparkserve.deploy.plugins.module_utils import run_stats
 from sparkserve.ask import AskError, complete
 from sparkserve.display import Display, JsonDisplay, LiveDisplay, PlainDisplay, QuietDisplay, duration
 from sparkserve.events import RunModel
@@ -251,14 +252,14 @@ def execute(args: argparse.Namespace, ctx: Context) -> int:
 def report(args: argparse.Namespace, ctx: Context, model: RunModel, result: RunResult, code: int) -> int:
     """What the verb ends with: on stdout, what it showed; on stderr, the failure (so --json stays JSON)."""
     verb = args.verb
-    status = model.stats.get("sparkserve_status")
+    status = model.stats.get(run_stats.STATUS)
     if args.json and verb == "status":
         document = status if code == EXIT_OK and isinstance(status, Mapping) else {
             "error": summary_json(model, verb, result.rc, code, result.artifacts)}
         ctx.stdout.write(json.dumps(document, indent=2, default=str) + "\n")
     elif args.json:
         JsonDisplay(ctx.stdout).write({"summary": summary_json(model, verb, result.rc, code, result.artifacts)})
-    elif verb != "up" and not isinstance(status, Mapping) and not (verb == "logs" and "sparkserve_logs" in model.stats):
+    elif verb != "up" and not isinstance(status, Mapping) and not (verb == "logs" and run_stats.LOGS in model.stats):
         # What the playbook's debug tasks said: render's command lines, bench's comparison (also on failure);
         # the logs are shown once, under each rank's header, from the run's stats.
         _write(ctx.stdout, message_lines(model))
@@ -283,7 +284,7 @@ def report(args: argparse.Namespace, ctx: Context, model: RunModel, result: RunR
 
 def ask(prompt: str, ctx: Context, model: RunModel) -> int:
     """One real completion from the endpoint the run reported."""
-    endpoint = model.stats.get("sparkserve_endpoint")
+    endpoint = model.stats.get(run_stats.ENDPOINT)
     try:
         text = complete(endpoint if isinstance(endpoint, Mapping) else {}, prompt)
     except AskError as error:
@@ -294,7 +295,7 @@ def ask(prompt: str, ctx: Context, model: RunModel) -> int:
 
 
 def success_lines(verb: str, model: RunModel) -> list[str]:
-    if verb in ("up", "rollback") and "sparkserve_endpoint" in model.stats:
+    if verb in ("up", "rollback") and run_stats.ENDPOINT in model.stats:
         return endpoint_lines(model)
     if verb == "logs":
         return logs_lines(model)

@@ -18,6 +18,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ansible_collections.sparkserve.deploy.plugins.module_utils import run_stats
+
 Event = Mapping[str, Any]
 ProgressKey = tuple[str, str, str, int | None]
 
@@ -524,7 +526,7 @@ class RunModel:
     def _progress(self, stage: Stage, host: str, task: str, res: Mapping[str, Any], when: datetime,
                   *, complete: bool) -> tuple[Progress, ...]:
         bars: list[Progress] = []
-        for payload in _payloads(res, "sparkserve_progress"):
+        for payload in _payloads(res, run_stats.PROGRESS):
             kind, label = payload.get("kind"), payload.get("label", "")
             done, total = _int(payload.get("done")), _int(payload.get("total"))
             if not isinstance(kind, str) or not kind or done is None:
@@ -544,7 +546,7 @@ class RunModel:
         return tuple(bars)
 
     def _probe(self, stage: Stage, host: str, task: str, res: Mapping[str, Any], when: datetime) -> Probe | None:
-        payload = res.get("sparkserve_probe")
+        payload = res.get(run_stats.PROBE)
         if not isinstance(payload, Mapping):
             return None
         rank = _int(payload.get("rank"))

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from ansible_collections.sparkserve.deploy.plugins.module_utils import run_stats
 from sparkserve.display import duration
 from sparkserve.events import Failure, RunModel
 
@@ -81,7 +82,7 @@ def classify(model: RunModel, rc: int) -> int:
     primary = model.primary_failure()
     if primary is not None:
         return _classify_place(primary.stage, primary.role)
-    stat = _mapping(model.stats.get("sparkserve_failure"))
+    stat = _mapping(model.stats.get(run_stats.FAILURE))
     if stat.get("stage"):
         return _classify_place(str(stat["stage"]), "")
     if model.task_events == 0 and rc != RC_NOT_STARTED:
@@ -91,7 +92,7 @@ def classify(model: RunModel, rc: int) -> int:
 
 @dataclass
 class FailureReport:
-    """The one failure to show: the playbook's own sparkserve_failure where it set one, else the event's."""
+    """The one failure to show: the playbook's own sparkserve_failure stat where it set one, else the event's."""
 
     stage: str = ""
     node: str = ""
@@ -105,7 +106,7 @@ class FailureReport:
     @classmethod
     def of(cls, model: RunModel) -> FailureReport | None:
         event: Failure | None = model.primary_failure()
-        stat = _mapping(model.stats.get("sparkserve_failure"))
+        stat = _mapping(model.stats.get(run_stats.FAILURE))
         if event is None and not stat:
             return None
         report = cls()
@@ -209,7 +210,7 @@ def reach_lines(endpoint: Mapping[str, Any]) -> list[str]:
 
 def monitoring_lines(model: RunModel) -> list[str]:
     """Where Prometheus is, when the run had the monitoring stage, and the tunnel to it on loopback."""
-    monitoring = _mapping(model.stats.get("sparkserve_monitoring"))
+    monitoring = _mapping(model.stats.get(run_stats.MONITORING))
     if not monitoring:
         return []
     server, url, port = monitoring.get("server"), monitoring.get("url"), monitoring.get("port")
@@ -223,7 +224,7 @@ def monitoring_lines(model: RunModel) -> list[str]:
 
 def endpoint_lines(model: RunModel) -> list[str]:
     """The summary after a successful up (or rollback): where it serves, what, and how to reach it."""
-    endpoint = _mapping(model.stats.get("sparkserve_endpoint"))
+    endpoint = _mapping(model.stats.get(run_stats.ENDPOINT))
     if not endpoint:
         return []
     url = str(endpoint.get("url") or "")
@@ -269,7 +270,7 @@ def message_lines(model: RunModel) -> list[str]:
 
 def logs_lines(model: RunModel) -> list[str]:
     """Each rank's last log lines under a header naming the rank, its node and its container."""
-    ranks = _mapping(model.stats.get("sparkserve_logs")).get("ranks")
+    ranks = _mapping(model.stats.get(run_stats.LOGS)).get("ranks")
     if not isinstance(ranks, list):
         return []
     lines: list[str] = []
@@ -287,7 +288,7 @@ def logs_lines(model: RunModel) -> list[str]:
 
 def follow_argv(model: RunModel, rank: int | None) -> list[str] | None:
     """The command that follows one rank's log (rank 0 when none is named), as the run gave it."""
-    ranks = _mapping(model.stats.get("sparkserve_logs")).get("ranks")
+    ranks = _mapping(model.stats.get(run_stats.LOGS)).get("ranks")
     want = 0 if rank is None else rank
     for entry in ranks if isinstance(ranks, list) else []:
         if isinstance(entry, Mapping) and entry.get("rank") == want:
@@ -298,7 +299,7 @@ def follow_argv(model: RunModel, rank: int | None) -> list[str] | None:
 
 
 def diagnose_lines(model: RunModel) -> list[str]:
-    archive = _mapping(model.stats.get("sparkserve_diagnose")).get("archive")
+    archive = _mapping(model.stats.get(run_stats.DIAGNOSE)).get("archive")
     return [f"diagnostic archive: {archive}"] if archive else []
 
 
