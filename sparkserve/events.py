@@ -5,6 +5,18 @@ ARTIFACT_DIR/IDENT/job_events/) one at a time and keeps: one Stage per play, the
 readiness probes the playbooks report in task results, the failures, the debug messages and the custom
 stats of the final playbook_on_stats event. Each call returns the Notes the displays print. Nothing here
 reads the clock or a terminal, so a recorded stream gives the same model every time.
+
+What a stage did (``Stage.did_something``, the summary lists only those stages): it failed, or it changed
+something on some host, or it did work: a task that is not bookkeeping ran (ok) on some host. Bookkeeping
+is a task of a context role (``CONTEXT_ROLES``: the inventory and the recipe, read again at the top of every
+entry playbook) or of an action that only notes, says or includes (``BOOKKEEPING_ACTIONS``: argument
+validation, set_fact, set_stats, debug, include/import, meta). So a stage whose every task was skipped, or
+that only read its context, is not listed; a preflight whose checks passed is.
+
+A failure's echoes (``RunModel.causes``): of the failures that stand (neither ignored nor rescued), a later
+failure on a host that has already failed, or a later failure on an undefined variable (a fact the failed
+host never set), follows from an earlier one and is not a cause of its own. The summary shows the first
+cause and counts only the other causes.
 """
 
 from __future__ import annotations
@@ -27,6 +39,16 @@ RUNNING = "running"
 OK = "ok"
 FAILED = "failed"
 SKIPPED_ALL = "skipped-all"
+
+# The roles every entry playbook starts from (the inventory and the recipe): their tasks are no stage's work.
+CONTEXT_ROLES = frozenset({"recipe", "sparkserve"})
+# Actions that only note, say or include: a task of these is no stage's work unless it changed something.
+BOOKKEEPING_ACTIONS = frozenset({
+    "validate_argument_spec", "set_fact", "set_stats", "debug", "include_tasks", "import_tasks", "include_role",
+    "import_role", "include_vars", "meta", "add_host", "group_by", "noop",
+})
+# A failure on a variable or attribute that is not defined: after an earlier failure, its echo.
+_UNDEFINED = re.compile(r"is undefined|has no attribute|AnsibleUndefined", re.IGNORECASE)
 
 # Rate and ETA follow the last RATE_WINDOW_S seconds of a bar's samples (stream time, not wall time).
 RATE_WINDOW_S = 30.0
@@ -103,6 +125,17 @@ class Stage:
     results: int = 0  # host results that ran (ok, failed, unreachable); skips are not counted
     skipped: int = 0
     failures: int = 0  # failures that were neither ignored nor rescued
+    worked: int = 0  # host results of tasks that are not bookkeeping (see the module's docstring)
+    changed_tasks: list[str] = field(default_factory=list)  # the tasks that changed something, in order
+
+    @property
+    def did_something(self) -> bool:
+        """It failed, changed something, or ran a task that is not bookkeeping."""
+        return bool(self.failures or self.changed or self.worked)
+
+    @property
+    def changed_hosts(self) -> list[str]:
+        return sorted(name for name, host in self.hosts.items() if host.changed)
 
     def elapsed(self, now: datetime) -> float:
         return max(0.0, ((self.end or now) - self.start).total_seconds())
@@ -284,6 +317,12 @@ def _one_message(res: Mapping[str, Any]) -> str:
     return message or "failed without a message"
 
 
+def bookkeeping(data: Mapping[str, Any]) -> bool:
+    """Whether the task of a host event is bookkeeping: a context role's, or of an action that only notes."""
+    action = str(data.get("resolved_action") or data.get("task_action") or "")
+    return str(data.get("role") or "") in CONTEXT_ROLES or action.rsplit(".", 1)[-1] in BOOKKEEPING_ACTIONS
+
+
 def _res(data: Mapping[str, Any]) -> Mapping[str, Any]:
     res = data.get("res")
     return res if isinstance(res, Mapping) else {}
@@ -341,10 +380,20 @@ class RunModel:
     def open_failures(self) -> list[Failure]:
         return [f for f in self.failures if not f.rescued]
 
+    def causes(self) -> list[Failure]:
+        """The standing failures that are causes, not echoes of an earlier one (see the module's docstring)."""
+        causes: list[Failure] = []
+        failed_hosts: set[str] = set()
+        for failure in self.open_failures():
+            if failure.host not in failed_hosts and not (causes and _UNDEFINED.search(failure.message)):
+                causes.append(failure)
+            failed_hosts.add(failure.host)
+        return causes
+
     def primary_failure(self) -> Failure | None:
         """The first failure that stopped something: later ones are often its consequences."""
-        failures = self.open_failures()
-        return failures[0] if failures else None
+        causes = self.causes()
+        return causes[0] if causes else None
 
     # -- feeding -----------------------------------------------------------------------------------
 
@@ -413,9 +462,13 @@ class RunModel:
         if state.state == RUNNING:
             state.state = OK
         stage.results += 1
+        if not bookkeeping(data):
+            stage.worked += 1
         if changed:
             stage.changed += 1
             state.changed += 1
+            if task not in stage.changed_tasks:
+                stage.changed_tasks.append(task)
         notes.append(Note("result", when, stage=stage.name, host=host, state="changed" if changed else OK, task=task))
         bars = self._progress(stage, host, task, res, when, complete=True)
         # The task is done: so are the bars its retries reported, whether or not its result repeats them.
@@ -463,6 +516,8 @@ class RunModel:
         state = self._host(stage, host)
         state.task = task
         stage.results += 1
+        if not bookkeeping(data):
+            stage.worked += 1
         if data.get("ignore_errors"):
             if state.state == RUNNING:
                 state.state = OK

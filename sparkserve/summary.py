@@ -1,4 +1,11 @@
-"""What a run ends with: its exit code by cause, the endpoint after up, the failure when it failed."""
+"""What a run ends with: its exit code by cause, the endpoint after up, the failure when it failed.
+
+The stages listed (``stage_lines``) are the ones that did something (events.py says what counts: a failure,
+a change, or a task that is not bookkeeping), in the order they ran, each with what it did: the hosts it
+changed and the first task that changed something there, or the hosts it failed on. A failure shows its
+first cause; "N more failed tasks" counts only the other causes, not the failures that echo one (a later
+failure on a host that already failed, an undefined variable after a failure).
+"""
 
 from __future__ import annotations
 
@@ -13,7 +20,7 @@ from urllib.parse import urlsplit
 
 from ansible_collections.sparkserve.deploy.plugins.module_utils import run_stats
 from sparkserve.display import duration
-from sparkserve.events import Failure, RunModel
+from sparkserve.events import RUNNING, Failure, RunModel, Stage
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -156,7 +163,7 @@ def failure_lines(model: RunModel, rc: int, code: int, artifacts: Path) -> list[
             lines += [f"    | {line}" for line in report.log_tail]
         if report.logs_dir:
             lines.append(f"  full logs: {report.logs_dir}")
-        others = len(model.open_failures()) - 1
+        others = len(model.causes()) - 1
         if others > 0:
             lines.append(f"  {others} more failed task{'s' if others > 1 else ''} (in the run's events)")
     lines.append(f"  run artifacts: {artifacts}")
@@ -164,9 +171,28 @@ def failure_lines(model: RunModel, rc: int, code: int, artifacts: Path) -> list[
     return lines
 
 
+def stage_outcome(model: RunModel, stage: Stage) -> str:
+    """What a stage did, in a few words: where it failed, what it changed, or that it changed nothing."""
+    index = model.stages.index(stage)
+    failed = [f for f in model.open_failures() if f.stage_index == index]
+    if failed:
+        causes = [f for f in model.causes() if f.stage_index == index]
+        hosts = ", ".join(dict.fromkeys(f.host for f in causes or failed))
+        return f"failed on {hosts}" if causes else f"failed on {hosts}, after the first failure"
+    if stage.state == RUNNING:
+        return "running"
+    if stage.changed_tasks:
+        more = len(stage.changed_tasks) - 1
+        tail = f", and {more} more task{'s' if more > 1 else ''}" if more else ""
+        return f"changed on {', '.join(stage.changed_hosts)}: {stage.changed_tasks[0]}{tail}"
+    return "ok, nothing changed"
+
+
 def stage_lines(model: RunModel) -> list[str]:
+    """One line for each stage that did something, in order, with what it did."""
     now = model.last_time or datetime.now().astimezone()
-    return [f"    {duration(s.elapsed(now)):>7}  {s.name} ({s.state})" for s in model.stages]
+    return [f"    {duration(s.elapsed(now)):>7}  {s.name}: {stage_outcome(model, s)}"
+            for s in model.stages if s.did_something]
 
 
 def _port(endpoint: Mapping[str, Any]) -> int | None:
@@ -313,8 +339,8 @@ def summary_json(model: RunModel, verb: str, rc: int, code: int, artifacts: Path
         "exit_code": code,
         "cause": CAUSES.get(code, "failure"),
         "artifacts": str(artifacts),
-        "stages": [{"name": s.name, "state": s.state, "elapsed": round(s.elapsed(now), 3), "changed": s.changed}
-                   for s in model.stages],
+        "stages": [{"name": s.name, "state": s.state, "elapsed": round(s.elapsed(now), 3), "changed": s.changed,
+                    "did_something": s.did_something, "changed_tasks": s.changed_tasks} for s in model.stages],
         "failure": report.as_dict() if report else None,
         "failures": [f.as_dict() for f in model.open_failures()],
         "stats": model.stats,
