@@ -127,10 +127,16 @@ def test_a_plain_inventory_given_to_a_sparkserve_playbook_is_refused(tmp_path: P
 
 
 def test_an_inventory_given_as_a_host_list_stops_the_run(tmp_path: Path) -> None:
-    """-i a,b, is no file, so the guard never sees it; the sparks pattern matching nothing is an error then."""
+    """-i a,b, is no file, so the guard never sees it; the context play refuses it with the guard's sentence."""
     done = ansible(tmp_path, "ansible-playbook", "-i", "spark-a,spark-b,", str(ROOT / "site.yml"))
-    assert done.returncode != 0 and "PLAY [" not in done.stdout, done.stdout
-    assert done.stderr.strip().splitlines()[-1] == "[ERROR]: Could not match supplied host pattern, ignoring: sparks"
+    assert done.returncode != 0, done.stdout
+    # Nothing ran on a host: the first play, on the controller, stopped the run.
+    assert "PLAY [Check the inventory has a Spark]" in done.stdout
+    assert "spark-a " not in done.stdout.split("PLAY RECAP")[-1], done.stdout
+    # The run's stop reason (the stop_reason callback) is the last thing shown.
+    assert done.stderr.strip().splitlines()[-1] == (
+        "inventory spark-a,spark-b,: there is no sparks group, so sparkserve has no Spark to run on and every play "
+        "would be skipped; its hosts (spark-a, spark-b) sit directly under all. Fix: %s." % FIX)
 
 
 def test_a_misspelt_sparks_group_given_to_a_playbook_is_pointed_at(tmp_path: Path) -> None:
