@@ -1,4 +1,5 @@
-"""A deployment's releases: the folder of an overlay set, and what retention removes."""
+"""A deployment's releases: the record's file written and read through its schema, the folder of an overlay
+set, and what retention removes."""
 
 from __future__ import annotations
 
@@ -27,6 +28,13 @@ options:
 EXAMPLES = r"""
 dest: "{{ sparkserve_overlays_dir }}/{{ deployment }}/{{ recipe_config.overlays | sparkserve.deploy.overlay_set_id }}"
 kept: "{{ records | sparkserve.deploy.release_retention(2, [current_fingerprint]) }}"
+# The release record's file (module_utils/release.py is its schema), written, read and marked failed:
+content: >-
+  {{ {'deployment': engine_deployment, 'fingerprint': fingerprint, 'recipe': engine_recipe, 'ranks': engine_ranks,
+      'adapter': engine_adapter, 'ready_after_s': waited_s, 'started_at': started_at,
+      'recorded_at': now().timestamp()} | sparkserve.deploy.release_record }}
+serving: "{{ current.content | b64decode | sparkserve.deploy.release_parse('current.json') }}"
+marked: "{{ record.content | b64decode | sparkserve.deploy.release_mark_failed(release_failures) }}"
 """
 
 RETURN = r"""
@@ -50,6 +58,30 @@ def release_retention(records: Sequence[Mapping[str, Any]], keep: int, protect: 
         raise AnsibleFilterError("release_retention: %s" % exc) from exc
 
 
+def release_record(fields: Mapping[str, Any]) -> str:
+    """The release record's file for FIELDS (the launch's), refused with one sentence per bad field."""
+    try:
+        return release.Release.from_dict(dict(fields)).to_json()
+    except release.ReleaseError as exc:
+        raise AnsibleFilterError("release_record: %s" % exc) from exc
+
+
+def release_parse(text: str, where: str = "the release record") -> dict[str, Any]:
+    """A release record's file read (slurped and decoded) into its fields, refused when it is not one."""
+    try:
+        return release.Release.from_json(text, where).to_dict()
+    except release.ReleaseError as exc:
+        raise AnsibleFilterError("release_parse: %s" % exc) from exc
+
+
+def release_mark_failed(text: str, reasons: Sequence[str], where: str = "the release record") -> str:
+    """A release record's file written again, marked failed for REASONS (retention then never keeps it)."""
+    try:
+        return release.Release.from_json(text, where).marked_failed(list(reasons)).to_json()
+    except release.ReleaseError as exc:
+        raise AnsibleFilterError("release_mark_failed: %s" % exc) from exc
+
+
 def release_downtime(last_old_s: float, first_new_s: float, load_s: float) -> list[float]:
     return list(release.downtime(float(last_old_s), float(first_new_s), float(load_s)))
 
@@ -59,4 +91,5 @@ class FilterModule:
 
     def filters(self) -> dict[str, Any]:
         return {"overlay_set_id": overlay_set_id, "release_retention": release_retention,
-                "release_downtime": release_downtime}
+                "release_downtime": release_downtime, "release_record": release_record,
+                "release_parse": release_parse, "release_mark_failed": release_mark_failed}

@@ -1,16 +1,123 @@
-"""A deployment's releases: what names a staged overlay set, and which releases retention removes.
+"""A deployment's releases: the release record's schema, what names a staged overlay set, and retention.
 
 A release is what one launch of a deployment ran, as the head records it
-(DEPLOYMENTS/NAME/releases/FINGERPRINT.json): the render, the image it ran,
-the model and draft revisions it mounted and the overlay set it mounted.
-Pure functions of those records; the release role reads and writes them.
+under DEPLOYMENTS/NAME/: ``current.json`` (what serves), ``previous.json``
+(what served before) and ``releases/FINGERPRINT.json`` (each release
+launched) hold the same record, ``Release``:
+
+- ``deployment`` (str): the deployment's name.
+- ``fingerprint`` (str): the render's fingerprint; names the release's file.
+- ``recipe`` (mapping): the validated recipe it ran (image, model and draft
+  revisions, overlays, ...).
+- ``ranks`` (list of mappings): each rank's render (container, command, ...).
+- ``adapter`` (mapping): the engine adapter's facts (name, endpoints, ...).
+- ``ready_after_s`` (number): seconds from the first rank's start to ready.
+- ``started_at``, ``recorded_at`` (number): unix times of the first rank's
+  start and of the record.
+- ``failed`` (str, absent when it served): why the release failed, written
+  by the rollback; retention never counts a failed release as one it keeps.
+
+``Release.from_json`` / ``from_dict`` read a record and refuse a bad one with
+one sentence per problem (``ReleaseError``); ``to_json`` writes it the way
+the head keeps it. Pure standard library: the node programs may read it too.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
-from typing import Any, Dict, Iterable, List, Mapping, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+
+class ReleaseError(ValueError):
+    """A release record that is not one; the message has one sentence per problem."""
+
+
+# field -> (JSON types it may hold, the words for them); the record's keys in the order it is written.
+_FIELDS: Dict[str, Tuple[Tuple[type, ...], str]] = {
+    "deployment": ((str,), "a string"),
+    "fingerprint": ((str,), "a string"),
+    "recipe": ((dict,), "a mapping"),
+    "ranks": ((list,), "a list"),
+    "adapter": ((dict,), "a mapping"),
+    "ready_after_s": ((int, float), "a number"),
+    "started_at": ((int, float), "a number"),
+    "recorded_at": ((int, float), "a number"),
+    "failed": ((str,), "a string"),
+}
+# What every reader needs; records older than the other fields lack some of them.
+REQUIRED = ("fingerprint", "recipe", "recorded_at")
+
+
+@dataclasses.dataclass(frozen=True)
+class Release:
+    """One release record (see the module's docstring)."""
+
+    fingerprint: str
+    recipe: Dict[str, Any]
+    recorded_at: float
+    deployment: str = ""
+    ranks: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
+    adapter: Dict[str, Any] = dataclasses.field(default_factory=dict)
+    ready_after_s: Optional[float] = None
+    started_at: Optional[float] = None
+    failed: str = ""
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "the release record") -> "Release":
+        """The record DATA holds; ReleaseError naming WHERE and each bad field when it is not one."""
+        found = problems(data, where)
+        if found:
+            raise ReleaseError(" ".join(found))
+        return cls(**{key: data[key] for key in _FIELDS if key in data})
+
+    @classmethod
+    def from_json(cls, text: str, where: str = "the release record") -> "Release":
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise ReleaseError("%s is not JSON (%s); write it again from the launch that made it, or remove it."
+                               % (where, exc)) from None
+        return cls.from_dict(data, where)
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The record as the head keeps it (a release that served has no ``failed``)."""
+        data = {key: getattr(self, key) for key in _FIELDS}
+        return {key: value for key, value in data.items() if value is not None and (key != "failed" or value)}
+
+    def to_json(self) -> str:
+        """The record's file: JSON, indented and sorted as Ansible's to_nice_json writes it."""
+        return json.dumps(self.to_dict(), indent=4, sort_keys=True)
+
+    def marked_failed(self, reasons: Sequence[str]) -> "Release":
+        """The same release, recorded as failed for REASONS."""
+        return dataclasses.replace(self, failed="; ".join(str(r) for r in reasons))
+
+
+def problems(data: Any, where: str = "the release record", strict: bool = True) -> List[str]:
+    """Every way DATA is not a release record, one sentence each ([] when it is one).
+
+    Not STRICT, a field no record holds is let through (retention reads records written by older launches).
+    """
+    if not isinstance(data, Mapping):
+        return ["%s holds %s, not a mapping; it must be a JSON object of a release (plugins/module_utils/release.py)."
+                % (where, type(data).__name__)]
+    found = ["%s has no %s; it is not a release record the launch wrote." % (where, key)
+             for key in REQUIRED if key not in data]
+    for key, value in data.items():
+        if key not in _FIELDS:
+            if not strict:
+                continue
+            found.append("%s has %s, which no release record holds; remove it or add it to "
+                         "plugins/module_utils/release.py." % (where, key))
+            continue
+        kinds, words = _FIELDS[key]
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            found.append("%s: %s is %s; it must be %s." % (where, key, json.dumps(value, default=str)[:60], words))
+    if isinstance(data.get("fingerprint"), str) and not data["fingerprint"]:
+        found.append("%s: fingerprint is empty; it names the release's file." % where)
+    return found
 
 
 def overlay_set_id(overlays: Sequence[Mapping[str, Any]]) -> str:
@@ -60,6 +167,10 @@ def retention(records: Sequence[Mapping[str, Any]], keep: int, protect: Sequence
     """
     if keep < 1:
         raise ValueError("keep must be at least 1, not %d" % keep)
+    for index, record in enumerate(records):
+        found = problems(record, "release record %d" % index, strict=False)
+        if found:
+            raise ReleaseError(" ".join(found))
     ordered = sorted(records, key=lambda r: float(r.get("recorded_at") or 0), reverse=True)
     served = [r for r in ordered if not r.get("failed")]
     kept_fps = {r["fingerprint"] for r in served[:keep]} | set(protect)

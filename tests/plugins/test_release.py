@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.sparkserve.deploy.plugins.filter import release as release_filter
-from ansible_collections.sparkserve.deploy.plugins.module_utils.release import downtime, overlay_set_id, retention
+from ansible_collections.sparkserve.deploy.plugins.module_utils.release import (
+    Release,
+    ReleaseError,
+    downtime,
+    overlay_set_id,
+    retention,
+)
 
 PATCHED = {"path": "/opt/app/a.py", "result_sha256": "a" * 64}
 OTHER = {"path": "/opt/app/b.py", "result_sha256": "b" * 64}
@@ -81,3 +88,51 @@ def test_downtime_and_downtime_beside_the_load() -> None:
     # A clock step backwards never gives a negative figure.
     assert downtime(100.0, 99.0, 5.0) == (0.0, 0.0)
     assert release_filter.release_downtime("100", "112.5", "2.5") == [12.5, 10.0]
+
+
+# ---------------------------------------------------------------- the record's schema
+
+FULL = {"deployment": "lab-tp2", "fingerprint": "f" * 16, "recipe": {"name": "lab-tp2", "image": "reg/e@sha256:1"},
+        "ranks": [{"rank": 0, "container_name": "lab-tp2-rank0"}], "adapter": {"name": "vllm"},
+        "ready_after_s": 21.5, "started_at": 1764640000.5, "recorded_at": 1764640030.25}
+
+
+def test_a_record_goes_through_its_file_unchanged() -> None:
+    text = Release.from_dict(FULL).to_json()
+    assert json.loads(text) == FULL and text.startswith('{\n    "adapter"')  # as to_nice_json writes it
+    assert Release.from_json(text).to_dict() == FULL
+    failed = Release.from_json(text).marked_failed(["rank 1 on spark-2 stopped", "qualify: 3 tok/s < 5"])
+    assert failed.to_dict() == dict(FULL, failed="rank 1 on spark-2 stopped; qualify: 3 tok/s < 5")
+
+
+def test_a_bad_record_is_refused_one_sentence_a_problem() -> None:
+    bad = dict(FULL, recorded_at="yesterday", ranks={}, colour="blue")
+    del bad["fingerprint"]
+    with pytest.raises(ReleaseError) as caught:
+        Release.from_dict(bad, "current.json")
+    assert str(caught.value) == (
+        "current.json has no fingerprint; it is not a release record the launch wrote. "
+        "current.json: ranks is {}; it must be a list. "
+        'current.json: recorded_at is "yesterday"; it must be a number. '
+        "current.json has colour, which no release record holds; remove it or add it to "
+        "plugins/module_utils/release.py.")
+    with pytest.raises(ReleaseError, match="^current.json is not JSON"):
+        Release.from_json("{", "current.json")
+    with pytest.raises(ReleaseError, match="holds list, not a mapping"):
+        Release.from_json("[]", "current.json")
+
+
+def test_retention_refuses_a_record_without_its_fingerprint_and_lets_old_fields_through() -> None:
+    old = dict(record("a", 1, "1" * 40), recorded_by="an older launch")
+    assert retention([old], 1, [])["kept"] == ["a"]
+    with pytest.raises(ReleaseError, match="release record 0 has no fingerprint"):
+        retention([{"recorded_at": 1, "recipe": {}}], 1, [])
+
+
+def test_the_filters_write_read_and_mark_the_record() -> None:
+    text = release_filter.release_record(FULL)
+    assert release_filter.release_parse(text, "current.json") == FULL
+    marked = json.loads(release_filter.release_mark_failed(text, ["it broke"]))
+    assert marked["failed"] == "it broke"
+    with pytest.raises(AnsibleFilterError, match="release_record: the release record: started_at is null"):
+        release_filter.release_record(dict(FULL, started_at=None))
