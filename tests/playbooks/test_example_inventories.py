@@ -78,3 +78,20 @@ def test_example_renders_or_lists_only_what_its_user_supplies(inventory: Path) -
     assert unset == wanted, (unset, wanted)  # each value the user supplies, and only those
     others = [line for line in lines if "names the inventory variable" not in line and SUPPLIED_FILE not in line]
     assert others == [], others
+
+
+def test_a_setting_of_the_wrong_type_is_refused_before_any_host_changes(tmp_path: Path) -> None:
+    """A monitoring server that is no Spark, or an MTU that is no number, stops the context play on the controller."""
+    inventory = ROOT / "inventory/example/two-sparks.sparks.yml"
+    beside = Path(sys.executable).parent / "ansible-playbook"
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_CACHE_PLUGIN="memory")
+    for extra, said in (
+            (["-e", "fabric_mtu=jumbo"], "fabric_mtu is 'jumbo', but the fabric role takes an int"),
+            (["-e", "monitoring_server=laptop"],
+             "monitoring_server is laptop, which is not one of the Sparks")):
+        done = subprocess.run([str(beside), "-i", str(inventory.relative_to(ROOT)), "site.yml", *extra], cwd=ROOT,
+                              env=env, capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode != 0
+        assert said in done.stderr, done.stdout[-3000:] + done.stderr
+        # Only the context play ran: preflight, the first stage that reaches a host, never started.
+        assert "PLAY [Preflight the Sparks]" not in done.stdout, done.stdout[-3000:]
