@@ -12,7 +12,7 @@ short_description: Why an inventory with no host in the sparks group cannot be u
 version_added: "0.2.0"
 description:
   - The same sentence the C(sparkserve.deploy.inventory_guard) vars plugin raises, for an inventory the guard never
-    sees (one given as a host list, C(-i a,b,)): what the inventory holds, where its hosts are, and the fix.
+    sees (one given as a host list, C(-i a,b,)), saying what the inventory holds, where its hosts are, and the fix.
   - Empty when the sparks group has a host.
 options:
   _input:
