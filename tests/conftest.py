@@ -1,8 +1,12 @@
-"""Make the project's collection (sparkserve.deploy) and the node programs' module importable in tests."""
+"""Make the project's collection (sparkserve.deploy) and the node programs' library importable in tests."""
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -15,11 +19,14 @@ ROOT = str(Path(__file__).resolve().parents[1])
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-# The module the node programs (roles/*/files/sparkserve-*.py) import: on a node it sits beside them, in the
-# tests the programs are loaded from their roles, so its folder goes on the path.
-NODE_LIBRARY = str(Path(__file__).resolve().parents[1] / "roles" / "sparkserve" / "files")
-if NODE_LIBRARY not in sys.path:
-    sys.path.insert(0, NODE_LIBRARY)
+# The node library (plugins/module_utils/node) as the node programs (roles/*/files/sparkserve-*.py) import it:
+# the package sparkserve_node, which a node has in sparkserve_node_library_dir. Here a folder of this session
+# holds a link of that name to the checkout's package, and goes on the path.
+NODE_PATH = tempfile.mkdtemp(prefix="sparkserve-node-path-")
+atexit.register(shutil.rmtree, NODE_PATH, True)
+os.symlink(Path(__file__).resolve().parents[1] / "plugins" / "module_utils" / "node",
+           os.path.join(NODE_PATH, "sparkserve_node"))
+sys.path.insert(0, NODE_PATH)
 
 
 @pytest.fixture

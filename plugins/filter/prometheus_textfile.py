@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-import math
-import re
 from typing import Any, Mapping
 
 from ansible.errors import AnsibleFilterError
+
+from ansible_collections.sparkserve.deploy.plugins.module_utils.node.textfile import (
+    MetricFamily,
+    MetricSample,
+    exposition_text,
+)
 
 DOCUMENTATION = r"""
 name: prometheus_textfile
@@ -21,10 +25,14 @@ description:
   - >-
     A family is C({name, type, help, samples}); C(type) is C(gauge), C(counter) or C(untyped); each sample is
     C({labels, value}) with C(labels) a mapping of strings and C(value) a number (a boolean counts as 1 or 0).
-    A family with no samples is left out.
+    A family with no samples keeps its C(# HELP) and C(# TYPE) lines.
   - >-
     Refused, naming the family: a metric or label name Prometheus does not allow, an unknown type, a counter
-    whose name does not end in C(_total), a value that is not a finite number.
+    whose name does not end in C(_total), a value that is not a number (a number written as text counts).
+    NaN and infinities are written as Prometheus spells them (C(NaN), C(+Inf), C(-Inf)).
+  - >-
+    The text is the one the node programs write (the memory guard, the flusher, the supervisor): both come
+    from the node library's C(textfile) module (plugins/module_utils/node/textfile.py).
 options:
   _input:
     description: The metric families, in the order they are written.
@@ -42,80 +50,47 @@ content: >-
 
 RETURN = r"""
 _value:
-  description: The exposition text, newline-terminated (empty when no family has a sample).
+  description: The exposition text, newline-terminated (empty when there is no family).
   type: str
 """
 
-_METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
-_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
-TYPES = ("gauge", "counter", "untyped")
-
-
-def _escape(value: str, quote: bool) -> str:
-    escaped = value.replace("\\", "\\\\").replace("\n", "\\n")
-    return escaped.replace('"', '\\"') if quote else escaped
-
-
-def _number(value: Any, where: str) -> str:
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return repr(int(value)) if float(value).is_integer() and abs(value) < 2 ** 53 else repr(float(value))
-    if isinstance(value, str):
-        try:
-            return _number(float(value), where)
-        except ValueError:
-            pass
-    raise AnsibleFilterError("prometheus_textfile: %s has the value %r; give a finite number" % (where, value))
-
-
-def _labels(labels: Any, where: str) -> str:
-    if labels in (None, {}):
-        return ""
-    if not isinstance(labels, Mapping):
-        raise AnsibleFilterError("prometheus_textfile: %s has labels %r; give a mapping" % (where, labels))
-    parts = []
-    for key in sorted(labels):
-        if not isinstance(key, str) or not _LABEL_NAME.match(key) or key.startswith("__"):
-            raise AnsibleFilterError("prometheus_textfile: %s has the label name %r, which Prometheus does not "
-                                     "allow" % (where, key))
-        parts.append('%s="%s"' % (key, _escape(str(labels[key]), quote=True)))
-    return "{" + ",".join(parts) + "}"
-
-
-def _family(family: Any) -> list[str]:
-    if not isinstance(family, Mapping):
-        raise AnsibleFilterError("prometheus_textfile: each family is a mapping {name, type, help, samples}, "
-                                 "not %r" % (family,))
-    name, kind = family.get("name"), family.get("type", "gauge")
-    if not isinstance(name, str) or not _METRIC_NAME.match(name):
-        raise AnsibleFilterError("prometheus_textfile: %r is not a metric name Prometheus allows" % (name,))
-    if kind not in TYPES:
-        raise AnsibleFilterError("prometheus_textfile: %s has the type %r; give one of %s"
-                                 % (name, kind, ", ".join(TYPES)))
-    if kind == "counter" and not name.endswith("_total"):
-        raise AnsibleFilterError("prometheus_textfile: %s is a counter; its name must end in _total" % name)
-    samples = family.get("samples") or []
+def _samples(name: Any, samples: Any) -> list[MetricSample]:
     if not isinstance(samples, list):
         raise AnsibleFilterError("prometheus_textfile: %s has samples %r; give a list" % (name, samples))
-    if not samples:
-        return []
-    lines = ["# HELP %s %s" % (name, _escape(str(family.get("help") or name), quote=False)),
-             "# TYPE %s %s" % (name, kind)]
+    converted: list[MetricSample] = []
     for sample in samples:
         if not isinstance(sample, Mapping):
             raise AnsibleFilterError("prometheus_textfile: a sample of %s is %r; give {labels, value}"
                                      % (name, sample))
-        lines.append("%s%s %s" % (name, _labels(sample.get("labels"), name), _number(sample.get("value"), name)))
-    return lines
+        labels, value = sample.get("labels") or {}, sample.get("value")
+        if not isinstance(labels, Mapping):
+            raise AnsibleFilterError("prometheus_textfile: %s has labels %r; give a mapping" % (name, labels))
+        if isinstance(value, str):  # a number templated into text
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        converted.append((labels, value))
+    return converted
+
+
+def _family(family: Any) -> MetricFamily:
+    if not isinstance(family, Mapping):
+        raise AnsibleFilterError("prometheus_textfile: each family is a mapping {name, type, help, samples}, "
+                                 "not %r" % (family,))
+    name = family.get("name")
+    return MetricFamily(name, family.get("type", "gauge"), str(family.get("help") or ""),
+                        _samples(name, family.get("samples") or []))
 
 
 def prometheus_textfile(families: Any) -> str:
     """The exposition text of FAMILIES (see DOCUMENTATION)."""
     if not isinstance(families, list):
         raise AnsibleFilterError("prometheus_textfile: give a list of metric families, not %r" % (families,))
-    lines = [line for family in families for line in _family(family)]
-    return "\n".join(lines) + "\n" if lines else ""
+    try:
+        return exposition_text([_family(family) for family in families])
+    except ValueError as err:
+        raise AnsibleFilterError("prometheus_textfile: %s" % err) from None
 
 
 class FilterModule:

@@ -22,11 +22,12 @@ import json
 import os
 import re
 import stat
-import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional, Union
+
+from ansible_collections.sparkserve.deploy.plugins.module_utils.node.files import write_atomic
 
 MANIFEST_NAME = ".sparkserve-manifest.json"
 CACHE_NAME = ".sparkserve-verify-cache.json"
@@ -222,23 +223,11 @@ def load_cache(root: str) -> dict[str, dict[str, Any]]:
 def save_cache(root: str, entries: Mapping[str, Mapping[str, Any]]) -> bool:
     """Write the verify cache atomically (temporary file, then rename); False when it cannot be written."""
     body = json.dumps({"format": CACHE_FORMAT, "files": dict(entries)}, sort_keys=True)
-    tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(prefix=CACHE_NAME + ".", suffix=".tmp", dir=root)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(body)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, os.path.join(root, CACHE_NAME))
-        return True
+        write_atomic(os.path.join(root, CACHE_NAME), body, 0o644)
     except OSError:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
         return False
+    return True
 
 
 def _stamp(st: os.stat_result) -> Stamp:

@@ -155,24 +155,27 @@ taken_over:
 """
 
 import contextlib
-import fcntl
-import json
 import os
 import re
-import secrets
 import socket
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.sparkserve.deploy.plugins.module_utils.node import lock
+from ansible_collections.sparkserve.deploy.plugins.module_utils.node.lock import (
+    DEFAULT_LEASE_S,
+    UNREADABLE_OWNER,
+    Holder,
+    read_holder,
+    unchecked_holder,
+)
+
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-DEFAULT_LEASE_S = 1800
 # The fields of a run identity that say it is the same run (see plugins/plugin_utils/controller_run.py).
 RUN_KEYS = ("controller", "boot_id", "pid", "pid_start")
-UNREADABLE_OWNER = "an unknown run (the lock file is empty or not JSON)"
 
 RUN_SPEC: dict[str, Any] = {
     "controller": {"type": "str", "required": True},
@@ -193,7 +196,6 @@ ARGUMENT_SPEC: dict[str, Any] = {
 }
 REQUIRED_ONE_OF = [["run", "owner"]]
 
-Holder = dict[str, Any]
 Run = dict[str, Any]
 
 
@@ -219,7 +221,7 @@ class Outcome:
 def lock_path(lock_dir: str, name: str) -> str:
     if not NAME_PATTERN.match(name):
         raise ValueError(f"deployment name {name!r} cannot name a lock file; use letters, digits, '.', '_' and '-'")
-    return os.path.join(lock_dir, f"{name}.lock")
+    return lock.lock_file(lock_dir, name)
 
 
 def when(epoch: float) -> str:
@@ -235,48 +237,9 @@ def age_text(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def new_holder(owner: str, run: Run | None, now: float, lease_s: int) -> Holder:
     """The record of a lock taken now by this owner (or run)."""
-    since = int(now)
-    return {"owner": owner, "since": since, "renewed": since, "lease_s": lease_s, "expires": since + lease_s,
-            "token": secrets.token_hex(8), "run": dict(run) if run is not None else None}
-
-
-def unchecked_holder(owner: str, since: float, mtime: float) -> Holder:
-    """A holder this module cannot match or check: renewed at the file's mtime, with the default lease."""
-    return {"owner": owner, "since": since, "renewed": mtime, "lease_s": DEFAULT_LEASE_S,
-            "expires": mtime + DEFAULT_LEASE_S, "token": None, "run": None}
-
-
-def read_holder(path: str) -> Holder | None:
-    """The holder recorded in a lock file, None when there is none.
-
-    A file that is empty or not JSON (a run that died while writing it, or one made by hand) is held by
-    an unknown run; one from an older version of this module (no token) by its owner. Both are renewed
-    at the file's modification time, with the default lease.
-    """
-    try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-        mtime = os.stat(path).st_mtime
-    except FileNotFoundError:
-        return None
-    try:
-        data = json.loads(text)
-    except ValueError:
-        data = None
-    if not isinstance(data, dict) or not isinstance(data.get("owner"), str) or not _is_number(data.get("since")):
-        return unchecked_holder(UNREADABLE_OWNER, mtime, mtime)
-    token, renewed, lease_s, run = data.get("token"), data.get("renewed"), data.get("lease_s"), data.get("run")
-    if (not isinstance(token, str) or not token or not isinstance(renewed, (int, float)) or isinstance(renewed, bool)
-            or not isinstance(lease_s, int) or isinstance(lease_s, bool) or not (run is None or isinstance(run, dict))):
-        return unchecked_holder(data["owner"], data["since"], mtime)
-    return {"owner": data["owner"], "since": data["since"], "renewed": renewed, "lease_s": lease_s,
-            "expires": renewed + lease_s, "token": token, "run": run}
+    return lock.make_holder(owner, now, now, lease_s, lock.new_token(), run)
 
 
 def is_mine(holder: Holder, owner: str, run: Run | None) -> bool:
@@ -289,51 +252,14 @@ def is_mine(holder: Holder, owner: str, run: Run | None) -> bool:
     return recorded is None and holder["owner"] == owner
 
 
-def write_file(path: str, holder: Holder) -> None:
-    """Replace the lock file by one holding this holder, atomically (a new file renamed over it)."""
-    directory, base = os.path.split(path)
-    fd, temporary = tempfile.mkstemp(prefix=f".{base}.", suffix=".new", dir=directory)
-    try:
-        os.fchmod(fd, 0o644)
-        os.write(fd, (json.dumps(holder, sort_keys=True) + "\n").encode("utf-8"))
-        os.fsync(fd)
-        os.close(fd)
-        fd = -1
-        os.replace(temporary, path)
-    except BaseException:
-        if fd >= 0:
-            os.close(fd)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
-        raise
-
-
-def create_exclusive(path: str, holder: Holder) -> bool:
-    """Create the lock file holding this holder; False when it exists already."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError:
-        return False
-    try:
-        os.write(fd, (json.dumps(holder, sort_keys=True) + "\n").encode("utf-8"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    return True
-
-
 @contextlib.contextmanager
 def guard(lock_dir: str, name: str, check_mode: bool) -> Iterator[None]:
     """Hold an flock that serialises runs of this module on this deployment (none in check mode)."""
     if check_mode:
         yield
         return
-    fd = os.open(os.path.join(lock_dir, f".{name}.lock.guard"), os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with lock.guard(lock_dir, name):
         yield
-    finally:
-        os.close(fd)
 
 
 def holding_text(holder: Holder, now: float) -> str:
@@ -370,7 +296,7 @@ def acquire(lock_dir: str, name: str, owner: str, lease_s: int, run: Run | None 
         now = clock()
         if before is None:
             mine = new_holder(owner, run, now, lease_s)
-            if not check_mode and not create_exclusive(path, mine):
+            if not check_mode and not lock.create_holder(path, mine):
                 # Only a writer outside this module (no guard) gets here.
                 other = read_holder(path) or unchecked_holder(UNREADABLE_OWNER, now, now)
                 raise LockError(held_message(name, other, path, now), other)
@@ -378,7 +304,7 @@ def acquire(lock_dir: str, name: str, owner: str, lease_s: int, run: Run | None 
         if is_mine(before, owner, run):
             renewed = dict(before, renewed=int(now), lease_s=lease_s, expires=int(now) + lease_s)
             if not check_mode:
-                write_file(path, renewed)
+                lock.replace_holder(path, renewed)
             return Outcome(path, False, before, renewed)
         warnings: list[str] = []
         if take_over is not None:
@@ -395,7 +321,7 @@ def acquire(lock_dir: str, name: str, owner: str, lease_s: int, run: Run | None 
                 f"{when(before['since'])})")
         mine = new_holder(owner, run, now, lease_s)
         if not check_mode:
-            write_file(path, mine)
+            lock.replace_holder(path, mine)
         return Outcome(path, True, before, mine, warnings, before)
 
 
@@ -416,8 +342,7 @@ def release(lock_dir: str, name: str, owner: str, run: Run | None = None, check_
                 f"If that run is gone, its lock is taken over after {when(before['expires'])}, or remove {path} "
                 f"on {socket.gethostname()}", before)
         if not check_mode:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
+            lock.remove_holder(path)
         return Outcome(path, True, before, None)
 
 

@@ -207,21 +207,26 @@ sparkserve_probe:
   type: dict
 """
 
-import http.client
 import json
 import re
-import shlex
 import subprocess
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from ansible.module_utils.basic import AnsibleModule
 
-MAX_BODY = 64 * 1024
+from ansible_collections.sparkserve.deploy.plugins.module_utils.node import docker
+from ansible_collections.sparkserve.deploy.plugins.module_utils.node.api import (
+    answer_text,
+    completion_choices,
+    completion_payload,
+    http_request,
+    model_ids,
+)
+from ansible_collections.sparkserve.deploy.plugins.module_utils.node.process import one_line, remote_argv
+
 DETAIL_CHARS = 300
 MIN_REQUEST_S = 1.0
 MIN_POLL_S = 0.1
@@ -239,8 +244,8 @@ WATCH_TIMEOUT_S = 10.0
 SSH_CONNECT_TIMEOUT_S = 5
 # Log lines read from each rank for its weight-loading progress.
 LOAD_LOG_LINES = 40
-# The engine runs on the node probed; never send these requests through an http_proxy of the environment.
-OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+# How a peer is reached: the management network's ssh, never a prompt, a bounded wait to connect.
+SSH_ARGV = ("ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={SSH_CONNECT_TIMEOUT_S}")
 
 
 @dataclass
@@ -254,10 +259,7 @@ class Answer:
     def describe(self, probe: str) -> str:
         if self.status is None:
             return f"{probe}: {self.error}"
-        reason = http.client.responses.get(self.status, "")
-        text = f"{probe}: {self.status}" + (f" {reason}" if reason else "")
-        body = short(self.body)
-        return f"{text}: {body}" if body else text
+        return answer_text(probe, self.status, self.body, DETAIL_CHARS)
 
 
 @dataclass
@@ -283,42 +285,23 @@ class EngineDeadError(Exception):
 
 def short(text: str) -> str:
     """One line, at most DETAIL_CHARS characters, of a response body."""
-    flat = " ".join(text.split())
-    return flat if len(flat) <= DETAIL_CHARS else flat[: DETAIL_CHARS - 3] + "..."
+    return one_line(text, DETAIL_CHARS)
 
 
 def request(base: str, method: str, path: str, timeout: float,
             api_key: str | None = None, payload: dict[str, Any] | None = None) -> Answer:
     """Send one request; an HTTP error status is an answer, a network error is not."""
-    data = None if payload is None else json.dumps(payload).encode("utf-8")
-    headers = {"Accept": "application/json"}
-    if data is not None:
-        headers["Content-Type"] = "application/json"
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
-    req = urllib.request.Request(base.rstrip("/") + path, data=data, headers=headers, method=method)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    body = None if payload is None else json.dumps(payload)
     try:
-        with OPENER.open(req, timeout=timeout) as response:
-            return Answer(response.status, response.read(MAX_BODY).decode("utf-8", "replace"))
-    except urllib.error.HTTPError as err:
-        try:
-            body = err.read(MAX_BODY).decode("utf-8", "replace")
-        except (OSError, http.client.HTTPException):
-            body = ""
-        return Answer(err.code, body)
-    except urllib.error.URLError as err:
-        reason = err.reason
-        if isinstance(reason, ConnectionRefusedError):
-            return Answer(None, error="connection refused (not listening yet)")
-        if isinstance(reason, TimeoutError):
-            return Answer(None, error=f"no answer in {timeout:.1f} s")
-        return Answer(None, error=str(reason))
+        status, text = http_request(method, base.rstrip("/") + path, body, timeout, headers)
     except TimeoutError:
         return Answer(None, error=f"no answer in {timeout:.1f} s")
     except ConnectionRefusedError:
         return Answer(None, error="connection refused (not listening yet)")
-    except (OSError, http.client.HTTPException) as err:
-        return Answer(None, error=f"{type(err).__name__}: {err}".rstrip(": "))
+    except OSError as err:
+        return Answer(None, error=str(err) or type(err).__name__)
+    return Answer(status, text)
 
 
 def listed_models(answer: Answer | None, path: str) -> tuple[list[str] | None, str]:
@@ -327,26 +310,21 @@ def listed_models(answer: Answer | None, path: str) -> tuple[list[str] | None, s
         return None, f"GET {path}: not asked, the health path gave no answer"
     if answer.status != 200:
         return None, answer.describe(f"GET {path}")
-    try:
-        data = json.loads(answer.body)["data"]
-    except (ValueError, KeyError, TypeError):
+    ids = model_ids(answer.body)
+    if ids is None:
         return None, f"GET {path}: 200 but not an OpenAI model list: {short(answer.body)}"
-    if not isinstance(data, list):
-        return None, f"GET {path}: 200 but data is not a list: {short(answer.body)}"
-    return [str(item["id"]) for item in data if isinstance(item, dict) and "id" in item], ""
+    return ids, ""
 
 
 def completion_problem(answer: Answer, path: str) -> str:
     """Why the completion does not count (empty when it returned exactly one choice)."""
     if answer.status != 200:
         return answer.describe(f"POST {path}")
-    try:
-        choices = json.loads(answer.body)["choices"]
-    except (ValueError, KeyError, TypeError):
+    choices = completion_choices(answer.body)
+    if choices is None:
         return f"POST {path}: 200 but not an OpenAI completion: {short(answer.body)}"
-    if not isinstance(choices, list) or len(choices) != 1:
-        count = len(choices) if isinstance(choices, list) else "no list of"
-        return f"POST {path}: 200 with {count} choices, want 1: {short(answer.body)}"
+    if len(choices) != 1:
+        return f"POST {path}: 200 with {len(choices)} choices, want 1: {short(answer.body)}"
     return ""
 
 
@@ -368,7 +346,7 @@ def poll_once(params: dict[str, Any], budget: Callable[[], float]) -> Poll:
         return Poll("models", models_error, ids, health, models_answer)
     if name not in ids:
         return Poll("models", f"GET {models_path}: 200, lists {ids}, not {name!r}", ids, health, models_answer)
-    payload = {"model": name, "prompt": params["prompt"], "max_tokens": 1, "temperature": 0}
+    payload = {**completion_payload(name, params["prompt"]), "temperature": 0}
     completion = request(base, "POST", completions_path, budget(), key, payload)
     problem = completion_problem(completion, completions_path)
     if problem:
@@ -419,11 +397,7 @@ def run_command(argv: list[str]) -> tuple[int, str]:
 
 def container_argv(container: dict[str, Any]) -> list[str]:
     """docker inspect of one container, here or on its peer over ssh."""
-    inspect = ["docker", "inspect", "--type", "container", "--format", "{{json .State}}", container["name"]]
-    if not container.get("host"):
-        return inspect
-    return ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={SSH_CONNECT_TIMEOUT_S}", container["host"], "--",
-            " ".join(shlex.quote(word) for word in inspect)]
+    return remote_argv(SSH_ARGV, container.get("host"), docker.inspect_argv(container["name"]))
 
 
 def oom_reason(memory_limit: str) -> str:
@@ -453,20 +427,19 @@ def check_containers(containers: list[dict[str, Any]], run: Runner
         where = container.get("host") or "this node"
         status, output = run(container_argv(container))
         report = {"rank": container.get("rank", 0), "host": container.get("host") or "", "name": container["name"]}
+        seen = docker.read_inspect(status, output)
         if status == 0:
-            try:
-                state = json.loads(output.splitlines()[-1])
-            except (ValueError, IndexError):
+            if seen.status == docker.FAILED:
                 errors.append(f"{where}: docker inspect {container['name']} gave {short(output)!r}")
                 continue
-            if state.get("Running"):
+            if seen.status == docker.RUNNING:
                 continue
-            exited = dict(report, state="exited", exit_code=state.get("ExitCode"))
-            if state.get("OOMKilled"):
+            exited = dict(report, state="exited", exit_code=seen.exit_code)
+            if seen.status == docker.OOM:
                 limit = str(container.get("memory_limit") or "").strip()
                 exited.update(oom_killed=True, memory_limit=limit, reason=oom_reason(limit))
             stopped.append(exited)
-        elif "No such" in output:
+        elif seen.status == docker.GONE:
             stopped.append(dict(report, state="gone", exit_code=None))
         else:
             error = short(output) or "exit status %d" % status
@@ -480,10 +453,7 @@ def check_containers(containers: list[dict[str, Any]], run: Runner
 def logs_argv(container: dict[str, Any]) -> list[str]:
     """The last lines of one container's log, here or on its peer over ssh."""
     logs = ["docker", "logs", "--tail", str(LOAD_LOG_LINES), container["name"]]
-    if not container.get("host"):
-        return logs
-    return ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={SSH_CONNECT_TIMEOUT_S}", container["host"], "--",
-            " ".join(shlex.quote(word) for word in logs)]
+    return remote_argv(SSH_ARGV, container.get("host"), logs)
 
 
 def load_progress(containers: list[dict[str, Any]], pattern: re.Pattern[str], run: Runner,

@@ -168,7 +168,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkserve.deploy.plugins.module_utils.files import write_atomic
+from ansible_collections.sparkserve.deploy.plugins.module_utils.node.files import write_atomic
 
 Runner = Callable[[Sequence[str]], "tuple[int, str, str]"]
 Clock = Callable[[], float]

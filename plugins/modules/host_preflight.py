@@ -106,7 +106,7 @@ from typing import Callable, Sequence
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkserve.deploy.plugins.module_utils.meminfo import mem_available
+from ansible_collections.sparkserve.deploy.plugins.module_utils.node.meminfo import mem_available
 
 Runner = Callable[[Sequence[str]], "tuple[int, str, str]"]
 GIB = 1024**3

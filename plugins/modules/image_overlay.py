@@ -137,7 +137,7 @@ from typing import Any, Callable, Mapping, Sequence, Tuple
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkserve.deploy.plugins.module_utils.files import write_atomic
+from ansible_collections.sparkserve.deploy.plugins.module_utils.node.files import write_atomic
 from ansible_collections.sparkserve.deploy.plugins.module_utils.unified_diff import PatchError, apply_patch
 
 Runner = Callable[[Sequence[str]], Tuple[int, bytes, str]]

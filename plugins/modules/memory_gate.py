@@ -85,7 +85,7 @@ from typing import Any, Callable, Dict
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkserve.deploy.plugins.module_utils.meminfo import read_mem_available
+from ansible_collections.sparkserve.deploy.plugins.module_utils.node.meminfo import read_mem_available
 
 GIB = 1024**3
 Clock = Callable[[], float]

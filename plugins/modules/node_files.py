@@ -181,7 +181,7 @@ from typing import Any, Mapping, Sequence
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkserve.deploy.plugins.module_utils.files import write_atomic
+from ansible_collections.sparkserve.deploy.plugins.module_utils.node.files import write_atomic
 
 # Three or four octal digits, with an optional leading zero: 644, 0644, 2775, 02775.
 MODE_PATTERN = re.compile(r"^0?[0-7]{3,4}$")

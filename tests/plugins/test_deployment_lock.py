@@ -21,6 +21,7 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.sparkserve.deploy.plugins.action import deployment_lock as action
+from ansible_collections.sparkserve.deploy.plugins.module_utils.node import lock
 from ansible_collections.sparkserve.deploy.plugins.modules import deployment_lock as dl
 from ansible_collections.sparkserve.deploy.plugins.plugin_utils import controller_run as cr
 
@@ -334,7 +335,7 @@ def test_threads_racing_on_a_lock_past_its_lease_one_takes_it_over(tmp_path: Pat
 
 def test_exclusive_create_alone_lets_one_racer_in(tmp_path: Path) -> None:
     path = str(tmp_path / "lab.lock")
-    assert sum(race(lambda i: dl.create_exclusive(path, {"owner": f"run {i}", "since": 0}), 16)) == 1
+    assert sum(race(lambda i: lock.create_holder(path, {"owner": f"run {i}", "since": 0}), 16)) == 1
 
 
 def test_processes_racing_to_acquire_one_wins(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import pytest
 from ansible.module_utils.common import warnings as module_warnings
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.sparkserve.deploy.plugins.module_utils import meminfo
+from ansible_collections.sparkserve.deploy.plugins.module_utils.node import meminfo
 from ansible_collections.sparkserve.deploy.plugins.modules import memory_gate as mg
 
 # Each test may run a module's main(): as on a node (see tests/conftest.py).

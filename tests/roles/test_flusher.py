@@ -11,6 +11,7 @@ from types import ModuleType
 from typing import Any, Callable, Iterator, Mapping
 
 import pytest
+from sparkserve_node.meminfo import parse_meminfo
 
 from tests.roles import exposition, node_layout
 from tests.scripts import load_script
@@ -24,7 +25,8 @@ def load_module() -> ModuleType:
 
 
 def installed(tmp_path: Path) -> str:
-    """The flusher as a node has it, beside sparkserve_textfile in a folder of its own; its path."""
+    """The flusher as a node has it, with the node library in a folder of its own (run it with
+    env=node_layout.env(tmp_path / "node")); its path."""
     return str(node_layout.install(tmp_path / "node", PROGRAM))
 
 
@@ -50,7 +52,7 @@ class FakeMeminfo:
     def __call__(self, path: str) -> Mapping[str, int]:
         self.paths.append(path)
         cached, available = next(self.samples)
-        return flusher.parse_meminfo(meminfo_text(cached, available))
+        return parse_meminfo(meminfo_text(cached, available))
 
 
 def options(tmp_path: Path, *args: str) -> Any:
@@ -201,7 +203,7 @@ def test_the_program_exits_1_on_an_unwritable_path(tmp_path: Path) -> None:
     (tmp_path / "meminfo").write_text(meminfo_text(GIB, GIB), encoding="ascii")
     done = subprocess.run([sys.executable, installed(tmp_path), "--meminfo-path", str(tmp_path / "meminfo"),
                            "--drop-caches-path", str(tmp_path / "absent" / "drop_caches")],
-                          capture_output=True, text=True, timeout=30)
+                          capture_output=True, text=True, timeout=30, env=node_layout.env(tmp_path / "node"))
     assert done.returncode == 1
     assert done.stdout.splitlines()[-1] == (
         f"flusher: cannot write 3 to {tmp_path / 'absent' / 'drop_caches'}: No such file or directory; "
@@ -248,7 +250,7 @@ def run_program(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, installed(tmp_path), "--meminfo-path", str(tmp_path / "meminfo"),
          "--drop-caches-path", str(tmp_path / "drop_caches"), "--interval-s", "0.02", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=node_layout.env(tmp_path / "node"))
 
 
 def finish(program: subprocess.Popen[str], action: Callable[[], None]) -> tuple[str, str]:
@@ -459,7 +461,7 @@ def test_bad_metrics_arguments_exit_2(capsys: pytest.CaptureFixture[str], args: 
 def test_the_program_refuses_metrics_path_without_deployment(tmp_path: Path) -> None:
     path = metrics_file(tmp_path)
     done = subprocess.run([sys.executable, installed(tmp_path), "--metrics-path", str(path)],
-                          capture_output=True, text=True, timeout=30)
+                          capture_output=True, text=True, timeout=30, env=node_layout.env(tmp_path / "node"))
     assert done.returncode == 2
     assert done.stdout == ""
     assert done.stderr.splitlines()[-1].endswith(

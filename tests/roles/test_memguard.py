@@ -14,6 +14,7 @@ from types import ModuleType
 from typing import Any, Sequence
 
 import pytest
+from sparkserve_node.meminfo import parse_meminfo
 
 from tests.roles import exposition, node_layout
 from tests.scripts import load_script
@@ -32,7 +33,8 @@ def load_module() -> ModuleType:
 
 
 def installed(tmp_path: Path) -> str:
-    """The guard as a node has it, beside sparkserve_textfile in a folder of its own; its path."""
+    """The guard as a node has it, with the node library in a folder of its own (run it with env=node_layout.env(tmp_path / "node"));
+    its path."""
     return str(node_layout.install(tmp_path / "node", PROGRAM))
 
 
@@ -192,7 +194,7 @@ class MemoryScript:
 
 
 def test_parse_meminfo_gives_bytes() -> None:
-    values = memguard.parse_meminfo(meminfo_text(HIGH, LOW))
+    values = parse_meminfo(meminfo_text(HIGH, LOW))
     assert values["MemAvailable"] == HIGH
     assert values["MemFree"] == LOW
     assert values["HugePages_Total"] == 0
@@ -388,7 +390,7 @@ def test_check_config_prints_ok_and_does_nothing_else(
 def test_a_bad_config_exits_2_as_a_program(tmp_path: Path) -> None:
     path = write_config(tmp_path, base_config(tmp_path, watch="Cached"))
     done = subprocess.run([sys.executable, installed(tmp_path), "--config", str(path), "--check-config"],
-                          capture_output=True, text=True, timeout=30)
+                          capture_output=True, text=True, timeout=30, env=node_layout.env(tmp_path / "node"))
     assert done.returncode == 2
     assert done.stdout == ""
     assert done.stderr == (f'memguard config {path}: watch is "Cached"; '
@@ -398,7 +400,7 @@ def test_a_bad_config_exits_2_as_a_program(tmp_path: Path) -> None:
 def test_a_bad_action_is_refused_by_check_config_as_a_program(tmp_path: Path) -> None:
     path = write_config(tmp_path, base_config(tmp_path, action="terminate"))
     done = subprocess.run([sys.executable, installed(tmp_path), "--config", str(path), "--check-config"],
-                          capture_output=True, text=True, timeout=30)
+                          capture_output=True, text=True, timeout=30, env=node_layout.env(tmp_path / "node"))
     assert done.returncode == 2
     assert done.stdout == ""
     assert done.stderr == (f'memguard config {path}: action is "terminate"; '
@@ -661,7 +663,7 @@ def test_the_program_armed_before_its_rank_kills_it_within_one_sample_and_exits_
     config = base_config(tmp_path, samples=3, interval_s=0.05, docker_command=fake_docker(tmp_path, None))
     path = write_config(tmp_path, config)
     guard = subprocess.Popen([sys.executable, installed(tmp_path), "--config", str(path)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=node_layout.env(tmp_path / "node"))
     feed.guard = guard
     try:
         assert guard.stdout is not None
@@ -967,11 +969,11 @@ def test_the_program_writes_its_file_and_removes_it_on_sigterm(tmp_path: Path) -
                                                 metrics_path=str(path), metrics_interval_s=0.05))
     program = installed(tmp_path)
     check = subprocess.run([sys.executable, program, "--config", str(config), "--check-config"],
-                           capture_output=True, text=True, timeout=30)
+                           capture_output=True, text=True, timeout=30, env=node_layout.env(tmp_path / "node"))
     assert (check.returncode, check.stdout, check.stderr) == (0, "OK\n", "")
     assert not path.exists()  # --check-config writes nothing
     guard = subprocess.Popen([sys.executable, program, "--config", str(config)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=node_layout.env(tmp_path / "node"))
     try:
         deadline = time.monotonic() + 60
         while not path.exists():

@@ -1,4 +1,5 @@
-"""Tests for the supervisor (roles/supervisor/files/sparkserve-supervisor.py).
+"""Tests for the supervisor (roles/supervisor/files/sparkserve-supervisor.py, and its modules in the node
+library: plugins/module_utils/node/supervisor).
 
 Fake nodes answer the supervisor's commands (docker on the head, docker and cat over ssh on the others) from
 their containers' state, a fake engine answers its readiness probe, and a fake clock stands for time: nothing
@@ -24,16 +25,19 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from sparkserve_node import api
+from sparkserve_node import supervisor as sv
+
 from ansible_collections.sparkserve.deploy.plugins.modules import deployment_lock
 from tests.roles import exposition, node_layout
-from tests.scripts import load_script
 
+# The entry point; the program is the node library's supervisor package (sv), as the tests import it.
 PROGRAM = "roles/supervisor/files/sparkserve-supervisor.py"
-sv = load_script(PROGRAM, "sparkserve_supervisor")
 
 
 def installed(tmp_path: Path) -> str:
-    """The supervisor as a node has it, beside sparkserve_textfile in a folder of its own; its path."""
+    """The supervisor as a node has it, with the node library in a folder of its own (run it with
+    env=node_layout.env(tmp_path / "node")); its path."""
     return str(node_layout.install(tmp_path / "node", PROGRAM))
 
 
@@ -965,11 +969,11 @@ def test_as_a_program_check_config_says_ok_and_a_bad_config_exits_2(tmp_path: Pa
     path.write_text(json.dumps(config_data(tmp_path)), encoding="utf-8")
     program = installed(tmp_path)
     done = subprocess.run([sys.executable, program, "--config", str(path), "--check-config"],
-                          capture_output=True, text=True, check=False)
+                          capture_output=True, text=True, check=False, env=node_layout.env(tmp_path / "node"))
     assert (done.returncode, done.stdout, done.stderr) == (0, "OK\n", "")
     path.write_text(json.dumps({**config_data(tmp_path), "head": 1}), encoding="utf-8")
     done = subprocess.run([sys.executable, program, "--config", str(path), "--check-config"],
-                          capture_output=True, text=True, check=False)
+                          capture_output=True, text=True, check=False, env=node_layout.env(tmp_path / "node"))
     assert done.returncode == 2
     assert "head is 1; set one of the nodes" in done.stderr
 
@@ -1016,23 +1020,23 @@ class FakeOpener:
 def test_http_request_answers_an_http_error_and_raises_a_timeout_apart(monkeypatch: pytest.MonkeyPatch) -> None:
     url = "http://127.0.0.1:8000/v1/completions"
     opener = FakeOpener(FakeResponse(200, b'{"choices": [{}]}'))
-    monkeypatch.setattr(sv, "OPENER", opener)
+    monkeypatch.setattr(api, "OPENER", opener)
     assert sv.http_request("POST", url, '{"max_tokens": 1}', 30) == (200, '{"choices": [{}]}')
     [(request, timeout)] = opener.requests
     assert (request.get_method(), request.data, request.get_header("Content-type"), timeout) == (
         "POST", b'{"max_tokens": 1}', "application/json", 30)
 
     dead = urllib.error.HTTPError(url, 503, "Service Unavailable", Message(), io.BytesIO(b"EngineDeadError"))
-    monkeypatch.setattr(sv, "OPENER", FakeOpener(dead))
+    monkeypatch.setattr(api, "OPENER", FakeOpener(dead))
     assert sv.http_request("GET", url, None, 30) == (503, "EngineDeadError")
 
-    monkeypatch.setattr(sv, "OPENER", FakeOpener(urllib.error.URLError(TimeoutError("timed out"))))
+    monkeypatch.setattr(api, "OPENER", FakeOpener(urllib.error.URLError(TimeoutError("timed out"))))
     with pytest.raises(TimeoutError):
         sv.http_request("GET", url, None, 30)
-    monkeypatch.setattr(sv, "OPENER", FakeOpener(urllib.error.URLError(ConnectionRefusedError(111, "refused"))))
+    monkeypatch.setattr(api, "OPENER", FakeOpener(urllib.error.URLError(ConnectionRefusedError(111, "refused"))))
     with pytest.raises(ConnectionRefusedError):
         sv.http_request("GET", url, None, 30)
-    monkeypatch.setattr(sv, "OPENER", FakeOpener(TimeoutError("timed out")))  # while reading the answer
+    monkeypatch.setattr(api, "OPENER", FakeOpener(TimeoutError("timed out")))  # while reading the answer
     with pytest.raises(TimeoutError):
         sv.http_request("GET", url, None, 30)
 

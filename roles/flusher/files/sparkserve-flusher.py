@@ -33,7 +33,8 @@ node-exporter textfile (node_exporter's textfile collector reads only files
 named ``*.prom``) once at start, after every pass, and a last time when it
 exits, for whatever reason, with ``running`` 0; it leaves that file in place,
 so that its counters stay visible.  Each write replaces the whole file
-(written to ``PATH.tmp.PID`` beside it, then renamed); the folder must exist.
+(written to a hidden temporary file beside it, then renamed); the folder must
+exist.
 A file that cannot be written is said once on stderr and the flusher carries
 on.  Families, each with the label ``deployment``::
 
@@ -41,22 +42,26 @@ on.  Families, each with the label ``deployment``::
     sparkserve_flusher_freed_bytes_total             counter  page cache its passes freed, bytes
     sparkserve_flusher_running                       gauge    1 while it runs, 0 once it exited
     sparkserve_flusher_last_pass_timestamp_seconds   gauge    unix time the last pass ended; 0 before
+
+The flusher imports sparkserve's node library (``sparkserve_node``), which the
+sparkserve role installs once per node in ``sparkserve_node_library_dir``; the
+unit puts that folder on PYTHONPATH.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import re
 import signal
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
-from types import FrameType
 from typing import Callable, Mapping, Sequence
 
-from sparkserve_textfile import MetricFamily, TextfileWriter
+from sparkserve_node.config import NAME_PATTERN, NAME_RULE
+from sparkserve_node.lifecycle import Terminated, log, on_signal
+from sparkserve_node.meminfo import MeminfoError, read_meminfo
+from sparkserve_node.textfile import MetricFamily, TextfileWriter
 
 MODES = ("unconditional", "threshold")
 DEFAULT_INTERVAL_S = 2.0
@@ -64,22 +69,12 @@ DEFAULT_TIMEOUT_S = 3600.0
 DEFAULT_DROP_CACHES_PATH = "/proc/sys/vm/drop_caches"
 DEFAULT_MEMINFO_PATH = "/proc/meminfo"
 GIB = 1024**3
-# Docker's rule for container names, as the memory guard checks the deployment's name.
-NAME_PATTERN = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*")
 
 Reader = Callable[[str], Mapping[str, int]]
 
 
 class FlushError(Exception):
     """The drop-caches file cannot be written."""
-
-
-class MeminfoError(Exception):
-    """/proc/meminfo cannot be read or lacks Cached or MemAvailable."""
-
-
-class Terminated(Exception):  # noqa: N818 (a signal to unwind, like KeyboardInterrupt; not an error)
-    """SIGTERM or SIGINT arrived."""
 
 
 @dataclass(frozen=True)
@@ -103,26 +98,6 @@ class Sample:
 
 
 # --- meminfo ----------------------------------------------------------------
-
-
-def parse_meminfo(text: str) -> dict[str, int]:
-    """Parse /proc/meminfo; values with a ``kB`` unit become bytes."""
-    values: dict[str, int] = {}
-    for line in text.splitlines():
-        name, sep, rest = line.partition(":")
-        fields = rest.split()
-        if not sep or not fields or not fields[0].isdigit():
-            continue
-        unit = fields[1] if len(fields) > 1 else ""
-        values[name.strip()] = int(fields[0]) * (1024 if unit == "kB" else 1)
-    return values
-
-
-def read_meminfo(path: str) -> dict[str, int]:
-    try:
-        return parse_meminfo(Path(path).read_text(encoding="ascii", errors="replace"))
-    except OSError as err:
-        raise MeminfoError(f"cannot read {path}: {err.strerror}") from err
 
 
 def take_sample(read: Reader, path: str) -> Sample:
@@ -185,7 +160,7 @@ def flush_pass(options: Options, read: Reader, sync: Callable[[], None]) -> Flus
 
 
 # --- metrics: a node_exporter textfile ------------------------------------------
-# (the file, its text and its writer: sparkserve_textfile, installed beside this program)
+# (the file, its text and its writer: sparkserve_node.textfile)
 
 
 @dataclass
@@ -217,10 +192,6 @@ def flusher_families(deployment: str, tally: Tally, running: bool) -> list[Metri
 # --- the loop ---------------------------------------------------------------
 
 
-def log(message: str) -> None:
-    print(message, flush=True)
-
-
 def stop_reason(options: Options, passes_done: int, elapsed_s: float) -> str | None:
     if options.until_file is not None and os.path.exists(options.until_file):
         return f"{options.until_file} exists"
@@ -237,10 +208,6 @@ def describe(options: Options) -> str:
     until = f"until {options.until_file} exists or " if options.until_file else "for "
     return (f"flusher: flushing {when}, every {options.interval_s:g} s, "
             f"{until}{options.timeout_s:g} s at most")
-
-
-def on_signal(signum: int, frame: FrameType | None) -> None:
-    raise Terminated()
 
 
 def run(options: Options, read: Reader = read_meminfo, sync: Callable[[], None] = os.sync,
@@ -324,7 +291,7 @@ def file_path(text: str) -> str:
 def deployment_name(text: str) -> str:
     if not NAME_PATTERN.fullmatch(text):
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not a name of letters, digits, '_', '.' and '-' that starts with a letter or digit")
+            f"{text!r} is not {NAME_RULE}")
     return text
 
 

@@ -48,8 +48,8 @@ Metrics: with ``metrics_path`` the guard writes a Prometheus node-exporter
 textfile (node_exporter's textfile collector reads only files named ``*.prom``)
 at its first sample, then at most every ``metrics_interval_s`` seconds (default
 15), with the figures of the sample just taken.  Each write replaces the whole
-file (written to ``PATH.tmp.PID`` beside it, then renamed); the folder must
-exist.  A file that cannot be written is said once on stderr and the guard
+file (written to a hidden temporary file beside it, then renamed); the folder
+must exist.  A file that cannot be written is said once on stderr and the guard
 carries on.  SIGTERM (or SIGINT) removes the file: a stopped guard leaves no
 figures; an exit with status 1 leaves it, its timestamp no longer moving, and
 ``--once`` leaves the file of its one sample.  Families, each with the label
@@ -97,6 +97,10 @@ Exit status: 0 on SIGTERM or after ``--once``; 1 when /proc/meminfo cannot be
 read or lacks a watched value; 2 for a bad config or bad arguments.  Log lines
 go to stdout, one per event (journald adds the time); errors about the config
 go to stderr.
+
+The guard imports sparkserve's node library (``sparkserve_node``), which the
+sparkserve role installs once per node in ``sparkserve_node_library_dir``; the
+unit puts that folder on PYTHONPATH.
 """
 
 from __future__ import annotations
@@ -105,19 +109,20 @@ import argparse
 import enum
 import json
 import math
-import os
-import re
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
-from types import FrameType
 from typing import Any, Callable, Mapping, Sequence
 
-from sparkserve_textfile import MetricFamily, MetricSample, TextfileWriter
+from sparkserve_node.config import ConfigError, is_int, is_number, name_value, read_json
+from sparkserve_node.docker import NO_SUCH_CONTAINER
+from sparkserve_node.files import append_line
+from sparkserve_node.lifecycle import Shutdown, Terminated, log
+from sparkserve_node.meminfo import MeminfoError, read_meminfo
+from sparkserve_node.process import Runner, one_line, run_command
+from sparkserve_node.textfile import MetricFamily, MetricSample, TextfileWriter
 
 WATCHES: dict[str, tuple[str, ...]] = {
     "MemAvailable": ("MemAvailable",),
@@ -138,27 +143,9 @@ DEFAULT_MEMINFO_PATH = "/proc/meminfo"
 DEFAULT_EVENTS_DIR = "/var/lib/sparkserve/memguard"
 DEFAULT_DOCKER_COMMAND = ("docker",)
 DEFAULT_METRICS_INTERVAL_S = 15.0
-# Docker's rule for container names; the deployment name becomes a file name.
-NAME_PATTERN = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*")
-# What docker says of a container that does not exist (the daemon's words, or the CLI's).
-NO_SUCH_CONTAINER = re.compile(r"no such (container|object)", re.IGNORECASE)
 ACTION_TIMEOUT_S = 60.0
 INSPECT_TIMEOUT_S = 10.0
-RC_NOT_STARTED = 127
-RC_TIMED_OUT = 124
 GIB = 1024**3
-
-
-class ConfigError(Exception):
-    """The config file is unusable; the message names the key and the fix."""
-
-
-class MeminfoError(Exception):
-    """/proc/meminfo could not be read or lacks a watched value."""
-
-
-class Terminated(Exception):  # noqa: N818 (a signal to unwind, like KeyboardInterrupt; not an error)
-    """SIGTERM or SIGINT arrived."""
 
 
 class ContainerState(enum.Enum):
@@ -187,35 +174,12 @@ class Config:
     metrics_interval_s: float = DEFAULT_METRICS_INTERVAL_S
 
 
-# A command's exit status, stdout and stderr; the runner is given the argv and a timeout in seconds.
-CommandResult = tuple[int, str, str]
-Runner = Callable[[Sequence[str], float], CommandResult]
-
-
 # --- config ---------------------------------------------------------------
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _name(raw: Mapping[str, Any], key: str) -> str:
-    value = raw[key]
-    if not isinstance(value, str) or not NAME_PATTERN.fullmatch(value):
-        raise ConfigError(
-            f"{key} is {json.dumps(value)}; set a name of letters, digits, '_', '.' and '-' "
-            "that starts with a letter or digit"
-        )
-    return value
 
 
 def _floor_bytes(raw: Mapping[str, Any]) -> int:
     value = raw["floor_bytes"]
-    if not _is_int(value) or value <= 0:
+    if not is_int(value) or value <= 0:
         raise ConfigError(
             f"floor_bytes is {json.dumps(value)}; set a whole number of bytes above 0 "
             f"(8589934592 is 8 GiB)"
@@ -225,7 +189,7 @@ def _floor_bytes(raw: Mapping[str, Any]) -> int:
 
 def _samples(raw: Mapping[str, Any]) -> int:
     value = raw["samples"]
-    if not _is_int(value) or value < 1:
+    if not is_int(value) or value < 1:
         raise ConfigError(f"samples is {json.dumps(value)}; set a whole number of at least 1")
     return int(value)
 
@@ -248,14 +212,14 @@ def _action(raw: Mapping[str, Any]) -> str:
 
 def _stop_grace_s(raw: Mapping[str, Any]) -> int:
     value = raw.get("stop_grace_s", DEFAULT_STOP_GRACE_S)
-    if not _is_int(value) or value < 0:
+    if not is_int(value) or value < 0:
         raise ConfigError(f"stop_grace_s is {json.dumps(value)}; set a whole number of seconds, 0 or more")
     return int(value)
 
 
 def _interval_s(raw: Mapping[str, Any]) -> float:
     value = raw.get("interval_s", DEFAULT_INTERVAL_S)
-    if not _is_number(value) or value <= 0:
+    if not is_number(value) or value <= 0:
         raise ConfigError(f"interval_s is {json.dumps(value)}; set a number of seconds above 0")
     return float(value)
 
@@ -291,7 +255,7 @@ def _metrics_path(raw: Mapping[str, Any]) -> str | None:
 
 def _metrics_interval_s(raw: Mapping[str, Any]) -> float:
     value = raw.get("metrics_interval_s", DEFAULT_METRICS_INTERVAL_S)
-    if not _is_number(value) or not math.isfinite(value) or value <= 0:
+    if not is_number(value) or not math.isfinite(value) or value <= 0:
         raise ConfigError(f"metrics_interval_s is {json.dumps(value)}; set a number of seconds above 0")
     return float(value)
 
@@ -308,8 +272,8 @@ def parse_config(raw: object) -> Config:
     missing = [key for key in REQUIRED_KEYS if key not in raw]
     if missing:
         raise ConfigError(f"{missing[0]} is missing; it is required")
-    deployment = _name(raw, "deployment")
-    container = _name(raw, "container")
+    deployment = name_value(raw, "deployment")
+    container = name_value(raw, "container")
     default_events = f"{DEFAULT_EVENTS_DIR}/{deployment}.events.jsonl"
     return Config(
         deployment=deployment,
@@ -330,38 +294,10 @@ def parse_config(raw: object) -> Config:
 
 def load_config(path: str) -> Config:
     """Read and validate the config file; every problem is a ConfigError."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as err:
-        raise ConfigError(f"cannot read it: {err.strerror}") from err
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ConfigError(f"not valid JSON: {err}") from err
-    return parse_config(raw)
+    return parse_config(read_json(path))
 
 
 # --- meminfo and the guard ------------------------------------------------
-
-
-def parse_meminfo(text: str) -> dict[str, int]:
-    """Parse /proc/meminfo; values with a ``kB`` unit become bytes."""
-    values: dict[str, int] = {}
-    for line in text.splitlines():
-        name, sep, rest = line.partition(":")
-        fields = rest.split()
-        if not sep or not fields or not fields[0].isdigit():
-            continue
-        unit = fields[1] if len(fields) > 1 else ""
-        values[name.strip()] = int(fields[0]) * (1024 if unit == "kB" else 1)
-    return values
-
-
-def read_meminfo(path: str) -> dict[str, int]:
-    try:
-        return parse_meminfo(Path(path).read_text(encoding="ascii", errors="replace"))
-    except OSError as err:
-        raise MeminfoError(f"cannot read {path}: {err.strerror}") from err
 
 
 def gib(value: int) -> str:
@@ -408,24 +344,6 @@ class Guard:
 
 
 # --- docker -----------------------------------------------------------------
-
-
-def run_command(command: Sequence[str], timeout_s: float) -> CommandResult:
-    """Run a command; its exit status, stdout and stderr (127: could not start, 124: timed out)."""
-    try:
-        done = subprocess.run(
-            list(command), stdin=subprocess.DEVNULL, capture_output=True, text=True,
-            timeout=timeout_s, check=False,
-        )
-    except OSError as err:
-        return RC_NOT_STARTED, "", f"cannot run {command[0]}: {err.strerror}"
-    except subprocess.TimeoutExpired:
-        return RC_TIMED_OUT, "", f"no answer after {timeout_s:.0f} s"
-    return done.returncode, done.stdout, done.stderr
-
-
-def one_line(text: str) -> str:
-    return " ".join(text.split())
 
 
 def inspect_command(config: Config) -> tuple[str, ...]:
@@ -476,15 +394,6 @@ def make_event(config: Config, values: Mapping[str, int], action_rc: int, now: d
     }
 
 
-def append_event(path: str, event: Mapping[str, object]) -> None:
-    """Append one JSON line and flush it to disk: the node may die next."""
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as events:
-        events.write(json.dumps(event) + "\n")
-        events.flush()
-        os.fsync(events.fileno())
-
-
 def describe(values: Mapping[str, int]) -> str:
     return ", ".join(f"{key} {gib(value)}" for key, value in values.items())
 
@@ -505,14 +414,14 @@ def act_on_container(config: Config, values: Mapping[str, int], runner: Runner) 
         log(f"memguard {config.deployment}: {low}; {verb} container {config.container} "
             f"failed with status {rc} (is it still running?): {one_line(err or out)}")
     try:
-        append_event(config.events_path, event)
+        append_line(config.events_path, json.dumps(event))
     except OSError as err:
         log(f"memguard {config.deployment}: cannot record the event in {config.events_path}: "
             f"{err.strerror}")
 
 
 # --- metrics: a node_exporter textfile ------------------------------------------
-# (the file, its text and its writer: sparkserve_textfile, installed beside this program)
+# (the file, its text and its writer: sparkserve_node.textfile)
 
 
 def rank_running_value(state: ContainerState) -> int | None:
@@ -554,23 +463,6 @@ def memguard_families(config: Config, values: Mapping[str, int], actions: int, r
 
 
 # --- the loop ---------------------------------------------------------------
-
-
-def log(message: str) -> None:
-    print(message, flush=True)
-
-
-class Shutdown:
-    """SIGTERM handler: raise at once, except while an action is being recorded."""
-
-    def __init__(self) -> None:
-        self.requested = False
-        self.deferred = False
-
-    def handle(self, signum: int, frame: FrameType | None) -> None:
-        self.requested = True
-        if not self.deferred:
-            raise Terminated()
 
 
 class Watch:

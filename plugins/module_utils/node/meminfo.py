@@ -1,13 +1,14 @@
-"""Reading /proc/meminfo on a node: host_preflight and memory_gate read MemAvailable from it.
-
-Pure standard library: this runs on the nodes.
-"""
+"""Reading /proc/meminfo: the memory guard, the flusher, the supervisor, host_preflight and memory_gate."""
 
 from __future__ import annotations
 
 from typing import Dict
 
 KIB = 1024
+
+
+class MeminfoError(Exception):
+    """A meminfo file cannot be read, or lacks a value the reader needs."""
 
 
 def parse_meminfo(text: str) -> Dict[str, int]:
@@ -21,6 +22,15 @@ def parse_meminfo(text: str) -> Dict[str, int]:
         unit = fields[1] if len(fields) > 1 else ""
         values[name.strip()] = int(fields[0]) * (KIB if unit == "kB" else 1)
     return values
+
+
+def read_meminfo(path: str) -> Dict[str, int]:
+    """The values of the meminfo file at path; MeminfoError (``cannot read PATH: WHY``) when it cannot be read."""
+    try:
+        with open(path, encoding="ascii", errors="replace") as handle:
+            return parse_meminfo(handle.read())
+    except OSError as err:
+        raise MeminfoError(f"cannot read {path}: {err.strerror}") from err
 
 
 def mem_available(text: str) -> int:

@@ -1,0 +1,46 @@
+"""Reading and checking a node program's settings (its JSON config file, or its arguments)."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Mapping
+
+# Docker's rule for container names; a deployment's name also names files.
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+NAME_RULE = "a name of letters, digits, '_', '.' and '-' that starts with a letter or digit"
+
+
+class ConfigError(Exception):
+    """The config file is unusable; the message names the key and the fix."""
+
+
+def is_int(value: object) -> bool:
+    """A whole number, not a boolean."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: object) -> bool:
+    """A number, not a boolean."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def name_value(raw: Mapping[str, Any], key: str) -> str:
+    """raw[key], a name (NAME_PATTERN); ConfigError otherwise."""
+    value = raw[key]
+    if not isinstance(value, str) or not NAME_PATTERN.fullmatch(value):
+        raise ConfigError(f"{key} is {json.dumps(value)}; set {NAME_RULE}")
+    return value
+
+
+def read_json(path: str) -> object:
+    """The decoded content of a JSON config file; ConfigError when it cannot be read or is not JSON."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError as err:
+        raise ConfigError(f"cannot read it: {err.strerror}") from err
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"not valid JSON: {err}") from err

@@ -1,0 +1,61 @@
+"""Writing files on a node: a whole file replaced atomically, and one line appended durably."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Union
+
+
+def fsync_dir(path: str) -> None:
+    """Make a rename in this folder durable."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: str, data: Union[bytes, str], mode: int = 0o644, sync: bool = True) -> None:
+    """Replace the file at path by one holding data (text is written as UTF-8), so that a reader sees the old
+    content or the new, never a part of it.
+
+    The data goes to a hidden temporary file beside path (``.NAME.XXXX.tmp``, which no ``*.prom`` or
+    ``*.json`` glob matches; a NAME that starts with a dot keeps its one dot, so ``.sparkserve-*`` stays
+    ``.sparkserve-*``) with this mode whatever the umask, is renamed over path, and the temporary file
+    is removed when anything fails (an interruption too). With sync (the default) the file and the rename are
+    flushed to disk first; a file rewritten every few seconds that is worthless after a crash (a metrics
+    textfile) passes sync=False. The folder is not made.
+    """
+    folder = os.path.dirname(path) or "."
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    base = os.path.basename(path)
+    fd, tmp = tempfile.mkstemp(prefix=f"{'' if base.startswith('.') else '.'}{base}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(payload)
+            handle.flush()
+            os.fchmod(handle.fileno(), mode)
+            if sync:
+                os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        raise
+    if sync:
+        fsync_dir(folder)
+
+
+def append_line(path: str, line: str) -> None:
+    """Append one line (a JSON object of an events file) and flush it to disk: the node may die next.
+
+    The folder is made when missing.
+    """
+    folder = os.path.dirname(path)
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(line + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
