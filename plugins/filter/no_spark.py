@@ -9,7 +9,7 @@ from ansible_collections.sparkserve.deploy.plugins.plugin_utils.inventory_refusa
 DOCUMENTATION = r"""
 name: no_spark
 short_description: Why an inventory with no host in the sparks group cannot be used
-version_added: "0.2.0"
+version_added: "0.3.0"
 description:
   - The same sentence the C(sparkserve.deploy.inventory_guard) vars plugin raises, for an inventory the guard never
     sees (one given as a host list, C(-i a,b,)), saying what the inventory holds, where its hosts are, and the fix.

@@ -5,7 +5,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: settings_check
 short_description: Checks the inventory's settings against every role's argument spec, before any host changes
-version_added: "0.2.0"
+version_added: "0.3.0"
 author:
   - sparkserve
 description:
