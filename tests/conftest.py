@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import atexit
-import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,13 +16,11 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 # The node library (plugins/module_utils/node) as the node programs (roles/*/files/sparkserve-*.py) import it:
-# the package sparkserve_node, which a node has in sparkserve_node_library_dir. Here a folder of this session
-# holds a link of that name to the checkout's package, and goes on the path.
-NODE_PATH = tempfile.mkdtemp(prefix="sparkserve-node-path-")
-atexit.register(shutil.rmtree, NODE_PATH, True)
-os.symlink(Path(__file__).resolve().parents[1] / "plugins" / "module_utils" / "node",
-           os.path.join(NODE_PATH, "sparkserve_node"))
-sys.path.insert(0, NODE_PATH)
+# the package sparkserve_node, which a node has in sparkserve_node_library_dir and the checkout as the link
+# roles/sparkserve/files/sparkserve_node; that folder goes on the path.
+NODE_PATH = str(Path(__file__).resolve().parents[1] / "roles" / "sparkserve" / "files")
+if NODE_PATH not in sys.path:
+    sys.path.insert(0, NODE_PATH)
 
 
 @pytest.fixture

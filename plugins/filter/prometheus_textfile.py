@@ -70,7 +70,7 @@ def _samples(name: Any, samples: Any) -> list[MetricSample]:
                 value = float(value)
             except ValueError:
                 pass
-        converted.append((labels, value))
+        converted.append((labels, value))  # type: ignore[arg-type]  # exposition_text refuses what is no number
     return converted
 
 
@@ -79,7 +79,7 @@ def _family(family: Any) -> MetricFamily:
         raise AnsibleFilterError("prometheus_textfile: each family is a mapping {name, type, help, samples}, "
                                  "not %r" % (family,))
     name = family.get("name")
-    return MetricFamily(name, family.get("type", "gauge"), str(family.get("help") or ""),
+    return MetricFamily(name, family.get("type", "gauge"), str(family.get("help") or ""),  # type: ignore[arg-type]
                         _samples(name, family.get("samples") or []))
 
 

@@ -84,5 +84,7 @@ def read(path: Path) -> dict[str, Family]:
 
 
 def leftovers(path: Path) -> list[str]:
-    """Temporary files (PATH.tmp.PID) left in the metrics file's folder."""
-    return sorted(name for name in os.listdir(path.parent) if name.startswith(f"{path.name}.tmp."))
+    """Temporary files of the metrics file left in its folder: the node library's (.NAME.XXXX.tmp), and the
+    PATH.tmp.PID of older releases."""
+    return sorted(name for name in os.listdir(path.parent)
+                  if name.startswith(f".{path.name}.") or name.startswith(f"{path.name}.tmp."))

@@ -33,8 +33,8 @@ def load_module() -> ModuleType:
 
 
 def installed(tmp_path: Path) -> str:
-    """The guard as a node has it, with the node library in a folder of its own (run it with env=node_layout.env(tmp_path / "node"));
-    its path."""
+    """The guard as a node has it, with the node library in a folder of its own (run it with
+    env=node_layout.env(tmp_path / "node")); its path."""
     return str(node_layout.install(tmp_path / "node", PROGRAM))
 
 
@@ -663,7 +663,8 @@ def test_the_program_armed_before_its_rank_kills_it_within_one_sample_and_exits_
     config = base_config(tmp_path, samples=3, interval_s=0.05, docker_command=fake_docker(tmp_path, None))
     path = write_config(tmp_path, config)
     guard = subprocess.Popen([sys.executable, installed(tmp_path), "--config", str(path)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=node_layout.env(tmp_path / "node"))
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=node_layout.env(tmp_path / "node"))
     feed.guard = guard
     try:
         assert guard.stdout is not None
@@ -973,7 +974,8 @@ def test_the_program_writes_its_file_and_removes_it_on_sigterm(tmp_path: Path) -
     assert (check.returncode, check.stdout, check.stderr) == (0, "OK\n", "")
     assert not path.exists()  # --check-config writes nothing
     guard = subprocess.Popen([sys.executable, program, "--config", str(config)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=node_layout.env(tmp_path / "node"))
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=node_layout.env(tmp_path / "node"))
     try:
         deadline = time.monotonic() + 60
         while not path.exists():

@@ -24,7 +24,6 @@ from typing import Any, Callable, Sequence
 from urllib.parse import urlsplit
 
 import pytest
-
 from sparkserve_node import api
 from sparkserve_node import supervisor as sv
 

@@ -71,7 +71,7 @@ def read_holder(path: str) -> Optional[Holder]:
     if not isinstance(data, dict) or not isinstance(data.get("owner"), str) or not _is_number(data.get("since")):
         return unchecked_holder(UNREADABLE_OWNER, mtime, mtime)
     token, renewed, lease_s, run = data.get("token"), data.get("renewed"), data.get("lease_s"), data.get("run")
-    if (not isinstance(token, str) or not token or not _is_number(renewed)
+    if (not isinstance(token, str) or not token or not isinstance(renewed, (int, float)) or isinstance(renewed, bool)
             or not isinstance(lease_s, int) or isinstance(lease_s, bool) or not (run is None or isinstance(run, dict))):
         return unchecked_holder(data["owner"], data["since"], mtime)
     return {"owner": data["owner"], "since": data["since"], "renewed": renewed, "lease_s": lease_s,

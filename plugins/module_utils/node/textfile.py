@@ -6,10 +6,11 @@ and has node_files write them. Which families a program writes stays in the prog
 
 The text: per family a ``# HELP`` and a ``# TYPE`` line, then one line per sample, its labels sorted by name,
 label values and help escaped; a family with no sample keeps its ``# HELP`` and ``# TYPE`` (the figure is
-known, its value is not); the text ends with a newline (it is empty when there is no family). Refused (ValueError, naming the family): a metric or label name Prometheus
-does not allow, a type other than gauge, counter or untyped, a counter whose name does not end in ``_total``,
-a value that is not a number. Values: a whole number without a fraction (an int stays exact however large,
-a whole float up to 2**53), others as Python writes floats, and NaN, +Inf and -Inf as Prometheus spells them.
+known, its value is not); the text ends with a newline (it is empty when there is no family). Refused
+(ValueError, naming the family): a metric or label name Prometheus does not allow, a type other than gauge,
+counter or untyped, a counter whose name does not end in ``_total``, a value that is not a number. Values: a
+whole number without a fraction (an int stays exact however large, a whole float up to 2**53), others as
+Python writes floats, and NaN, +Inf and -Inf as Prometheus spells them.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
-"""Tests for the node programs' textfile module (roles/sparkserve/files/sparkserve_textfile.py) and its layout.
+"""Tests for the node library as the nodes have it (plugins/module_utils/node, installed as sparkserve_node), and
+its textfile module.
 
-The memory guard, the flusher and the supervisor import it; their own tests cover the families each writes.
-Here: the exposition text (escaping, values), the writer (an atomic replace at mode 0644, a failure said once,
-the removal), the syntax the nodes' python3 reads, and the layout the roles install, the module beside the
-programs, run with nothing else on the path.
+The memory guard, the flusher and the supervisor import the library; their own tests cover the families each
+writes. Here: the exposition text (escaping, values), the writer (an atomic replace at mode 0644, a failure said
+once, the removal), the syntax the nodes' python3 reads, the layout the roles install (the library once, in its
+own folder, put on PYTHONPATH by the programs' units) and the tasks that install it.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import sparkserve_textfile as textfile
 import yaml
+from sparkserve_node import textfile
 
 from tests.roles import exposition, node_layout
 
@@ -26,7 +27,7 @@ PROGRAMS = {
     "flusher": "roles/flusher/files/sparkserve-flusher.py",
     "supervisor": "roles/supervisor/files/sparkserve-supervisor.py",
 }
-# Each role's task that installs its program (sparkserve.deploy.node_files).
+# Each role's tasks file that installs its program (sparkserve.deploy.node_files), after the node library.
 INSTALL_TASKS = {
     "memguard": "roles/memguard/tasks/present.yml",
     "flusher": "roles/flusher/tasks/main.yml",
@@ -49,7 +50,7 @@ def test_label_values_are_escaped_and_read_back() -> None:
         textfile.MetricFamily("z_seconds", "gauge", "Time.", [({"deployment": "d"}, 1.5)]),
     ])
     assert text == ('# HELP x_total Help with a \\\\ and a\\nnewline.\n# TYPE x_total counter\n'
-                    'x_total{deployment="a\\\\b\\"c\\nd",container="c"} 3\n'
+                    'x_total{container="c",deployment="a\\\\b\\"c\\nd"} 3\n'  # labels sorted by name
                     "# HELP y Nothing to say.\n# TYPE y gauge\n"
                     '# HELP z_seconds Time.\n# TYPE z_seconds gauge\nz_seconds{deployment="d"} 1.5\n')
     families = exposition.parse(text)
@@ -105,7 +106,11 @@ def test_a_write_replaces_the_file_whole_at_mode_0644(tmp_path: Path, monkeypatc
         assert writer.write([FLOOR]) is True
     finally:
         os.umask(umask)
-    assert seen == [(f"{path}.tmp.{os.getpid()}", textfile.exposition_text([FLOOR]), "old\n", 0o644)]
+    [(temporary, text, before, mode)] = seen
+    # Beside the file, hidden, and not *.prom (the collector reads only those): never scraped half-written.
+    assert Path(temporary).parent == path.parent and Path(temporary).name.startswith(".m.prom.")
+    assert not temporary.endswith(".prom")
+    assert (text, before, mode) == (textfile.exposition_text([FLOOR]), "old\n", 0o644)
     assert exposition.read(path)["sparkserve_memguard_floor_bytes"].value(**DEP) == 1  # 0644, no leftovers
     second = textfile.MetricFamily("sparkserve_memguard_floor_bytes", "gauge", "The floor.", [(DEP, 2)])
     assert writer.write([second]) is True
@@ -195,46 +200,88 @@ def test_a_removal_that_fails_is_said_once_and_again_after_a_write(
 # --- the nodes' python3 and the installed layout ---------------------------------------------------
 
 
-@pytest.mark.parametrize("source", ["roles/sparkserve/files/sparkserve_textfile.py", *PROGRAMS.values()])
+LIBRARY = sorted(str(path.relative_to(ROOT)) for path in node_layout.NODE_LIBRARY.rglob("*.py"))
+
+
+@pytest.mark.parametrize("source", [*LIBRARY, *PROGRAMS.values()])
 def test_the_syntax_is_python_3_10(source: str) -> None:
     """The Sparks' system python3 is 3.10 or later: nothing newer may be written (except*, type, PEP 701)."""
     ast.parse((ROOT / source).read_text(encoding="utf-8"), filename=source, feature_version=(3, 10))
 
 
+@pytest.mark.parametrize("source", LIBRARY)
+def test_the_library_imports_only_the_standard_library_and_itself(source: str) -> None:
+    """It runs on the nodes' bare python3 and imports under two names: relative imports among its own files."""
+    tree = ast.parse((ROOT / source).read_text(encoding="utf-8"))
+    absolute = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                for alias in node.names}
+    absolute |= {node.module.split(".")[0] for node in ast.walk(tree)
+                 if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module}
+    assert absolute <= set(sys.stdlib_module_names) | {"__future__"}, absolute
+
+
 @pytest.mark.parametrize("role", sorted(PROGRAMS))
-def test_an_installed_program_finds_the_module_beside_it_and_nowhere_else(tmp_path: Path, role: str) -> None:
-    """Program and module in one folder, run from elsewhere with an empty environment (no PYTHONPATH), as
-    systemd runs it: it starts. The program alone does not: nothing but the folder gives it the module."""
+def test_an_installed_program_finds_the_library_on_its_unit_s_path_and_nowhere_else(tmp_path: Path,
+                                                                                    role: str) -> None:
+    """Program and library installed apart, run from elsewhere with an environment of PATH and PYTHONPATH only,
+    as its unit runs it: it starts. Without the library it does not: nothing but PYTHONPATH gives it."""
     clean = {"PATH": os.defpath, "LC_ALL": "C.UTF-8"}
     work = tmp_path / "elsewhere"
     work.mkdir()
-    program = node_layout.install(tmp_path / "programs", PROGRAMS[role])
-    done = subprocess.run([sys.executable, str(program), "--help"], cwd=work, env=clean,
+    program = node_layout.install(tmp_path / "node", PROGRAMS[role])
+    done = subprocess.run([sys.executable, str(program), "--help"], cwd=work,
+                          env=node_layout.env(tmp_path / "node", clean),
                           capture_output=True, text=True, timeout=60, check=False)
     assert (done.returncode, done.stderr) == (0, "")
     assert done.stdout.startswith("usage: ")
     alone = node_layout.install(tmp_path / "alone", PROGRAMS[role], library=False)
-    done = subprocess.run([sys.executable, str(alone), "--help"], cwd=work, env=clean,
+    done = subprocess.run([sys.executable, str(alone), "--help"], cwd=work,
+                          env=node_layout.env(tmp_path / "alone", clean),
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 1
-    assert done.stderr.splitlines()[-1] == "ModuleNotFoundError: No module named 'sparkserve_textfile'"
+    assert done.stderr.splitlines()[-1] == "ModuleNotFoundError: No module named 'sparkserve_node'"
+
+
+def tasks(path: str) -> list[dict[str, object]]:
+    loaded = yaml.safe_load((ROOT / path).read_text(encoding="utf-8"))
+    assert isinstance(loaded, list)
+    return loaded
 
 
 @pytest.mark.parametrize("role", sorted(INSTALL_TASKS))
-def test_each_role_installs_the_module_beside_its_program(role: str) -> None:
-    [task] = [task for task in yaml.safe_load((ROOT / INSTALL_TASKS[role]).read_text(encoding="utf-8"))
-              if "sparkserve.deploy.node_files" in task]
-    files = task["sparkserve.deploy.node_files"]["files"]
-    assert {"dest": "{{ sparkserve_programs_dir }}/sparkserve_textfile.py",
-            "content": "{{ lookup('ansible.builtin.file', sparkserve_node_library, rstrip=false) }}",
-            "mode": "0644"} in files
+def test_each_role_imports_the_library_install_before_its_program_and_not_the_library_itself(role: str) -> None:
+    steps = tasks(INSTALL_TASKS[role])
+    imports = [i for i, task in enumerate(steps) if task.get("ansible.builtin.import_role") == {
+        "name": "sparkserve", "tasks_from": "node_library"}]
+    installs = [i for i, task in enumerate(steps) if "sparkserve.deploy.node_files" in task]
+    assert len(imports) == 1 and len(installs) == 1 and imports[0] < installs[0]
+    files = steps[installs[0]]["sparkserve.deploy.node_files"]["files"]  # type: ignore[index]
+    assert not [f for f in files if "node_library" in str(f) or "sparkserve_textfile" in str(f)]
     program = (ROOT / f"roles/{role}/vars/main.yml").read_text(encoding="utf-8")
-    assert f'"{{{{ sparkserve_programs_dir }}}}/{Path(PROGRAMS[role]).name}"' in program  # the same folder
+    assert f'"{{{{ sparkserve_programs_dir }}}}/{Path(PROGRAMS[role]).name}"' in program
 
 
-def test_the_shared_variable_names_the_module_below_the_project() -> None:
+@pytest.mark.parametrize("role", sorted(PROGRAMS))
+def test_each_unit_puts_the_library_on_pythonpath_and_names_its_fingerprint(role: str) -> None:
+    unit = (ROOT / f"roles/{role}/templates/etc/systemd/system/sparkserve-{role}@.service.j2").read_text("utf-8")
+    assert "\nEnvironment=PYTHONPATH={{ sparkserve_node_library_dir }}\n" in unit
+    assert "{{ __sparkserve_node_library_fingerprint }}" in unit  # a changed library changes the unit
+
+
+def test_the_install_writes_every_python_file_of_the_library_and_removes_what_it_no_longer_has() -> None:
+    steps = tasks("roles/sparkserve/tasks/node_library.yml")
+    assert [next(k for k in task if "." in k) for task in steps] == [
+        "sparkserve.deploy.node_files", "ansible.builtin.find", "ansible.builtin.file"]
+    assert steps[0]["sparkserve.deploy.node_files"]["files"] == "{{ __sparkserve_node_library_files }}"  # type: ignore[index]
+    variables = yaml.safe_load((ROOT / "roles/sparkserve/vars/main.yml").read_text(encoding="utf-8"))
+    assert variables["__sparkserve_node_library_package"] == "{{ sparkserve_node_library_dir }}/sparkserve_node"
+    assert "reject('search', '__pycache__')" in variables["__sparkserve_node_library_paths"]
+
+
+def test_the_shared_variables_name_the_library_below_the_project_and_its_node_folder() -> None:
     defaults = yaml.safe_load((ROOT / "roles/sparkserve/defaults/main.yml").read_text(encoding="utf-8"))
     assert defaults["sparkserve_project_dir"] == "{{ playbook_dir | dirname }}"  # the checkout, above playbooks/
     library = defaults["sparkserve_node_library"].replace("{{ sparkserve_project_dir }}", str(ROOT))
     assert Path(library) == node_layout.NODE_LIBRARY
-    assert Path(textfile.__file__).resolve() == node_layout.NODE_LIBRARY
+    assert Path(textfile.__file__).resolve().parent == node_layout.NODE_LIBRARY
+    assert defaults["sparkserve_node_library_dir"] == "{{ sparkserve_programs_dir }}/python"
