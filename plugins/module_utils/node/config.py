@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
-from typing import Any, Mapping
+import sys
+from typing import Any, Callable, Mapping, Optional, Sequence, TypeVar
 
 # Docker's rule for container names; a deployment's name also names files.
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+T = TypeVar("T")
 NAME_RULE = "a name of letters, digits, '_', '.' and '-' that starts with a letter or digit"
 
 
@@ -44,3 +47,25 @@ def read_json(path: str) -> object:
         return json.loads(text)
     except json.JSONDecodeError as err:
         raise ConfigError(f"not valid JSON: {err}") from err
+
+
+
+def run_config_program(argv: Optional[Sequence[str]], program: str, description: str, config_help: str,
+                       once_help: str, load: Callable[[str], T], run: Callable[[T, bool], int]) -> int:
+    """The command line of a program run from a JSON config (the memory guard, the supervisor):
+    ``--config FILE [--check-config | --once]``. A bad config is said on stderr (``PROGRAM config FILE: WHY``)
+    with status 2; --check-config prints OK; otherwise run(config, once) gives the status."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--config", required=True, help=config_help)
+    parser.add_argument("--check-config", action="store_true", help="validate the config, print OK")
+    parser.add_argument("--once", action="store_true", help=once_help)
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        config = load(args.config)
+    except ConfigError as err:
+        print(f"{program} config {args.config}: {err}", file=sys.stderr, flush=True)
+        return 2
+    if args.check_config:
+        print("OK", flush=True)
+        return 0
+    return run(config, args.once)

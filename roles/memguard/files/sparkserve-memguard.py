@@ -105,7 +105,6 @@ unit puts that folder on PYTHONPATH.
 
 from __future__ import annotations
 
-import argparse
 import enum
 import json
 import math
@@ -116,7 +115,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping, Sequence
 
-from sparkserve_node.config import ConfigError, is_int, is_number, name_value, read_json
+from sparkserve_node.config import ConfigError, is_int, is_number, name_value, read_json, run_config_program
 from sparkserve_node.docker import NO_SUCH_CONTAINER
 from sparkserve_node.files import append_line
 from sparkserve_node.lifecycle import Shutdown, Terminated, log
@@ -576,26 +575,11 @@ def run(config: Config, once: bool, sleep: Callable[[float], None] = time.sleep,
             signal.signal(sig, handler)
 
 
-def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description="Kill (or stop) this node's rank container when memory stays below a floor.")
-    parser.add_argument("--config", required=True, help="the guard's JSON config file")
-    parser.add_argument("--check-config", action="store_true", help="validate the config, print OK")
-    parser.add_argument("--once", action="store_true", help="take one sample, then exit")
-    return parser.parse_args(argv)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        config = load_config(args.config)
-    except ConfigError as err:
-        print(f"memguard config {args.config}: {err}", file=sys.stderr, flush=True)
-        return 2
-    if args.check_config:
-        print("OK", flush=True)
-        return 0
-    return run(config, once=args.once)
+    return run_config_program(
+        argv, "memguard", "Kill (or stop) this node's rank container when memory stays below a floor.",
+        "the guard's JSON config file", "take one sample, then exit", load_config,
+        lambda config, once: run(config, once=once))
 
 
 if __name__ == "__main__":

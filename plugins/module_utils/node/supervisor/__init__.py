@@ -18,10 +18,10 @@ from ..docker import parse_started_at
 from .config import Config, ConfigError, load_config, parse_config
 from .heal import Supervisor
 from .probe import probe
-from .program import main, parse_args, run
+from .program import main, run
 from .records import STATE_NAMES, compact_time, iso, state_name, supervisor_families
 from .render import SUPERVISE_DEFAULTS, Render, RenderError, parse_render, read_render
 
 __all__ = ["STATE_NAMES", "SUPERVISE_DEFAULTS", "Config", "ConfigError", "Render", "RenderError", "Supervisor",
-           "compact_time", "http_request", "iso", "load_config", "main", "parse_args", "parse_config",
+           "compact_time", "http_request", "iso", "load_config", "main", "parse_config",
            "parse_render", "parse_started_at", "probe", "read_render", "run", "state_name", "supervisor_families"]

@@ -3,16 +3,15 @@ roles/supervisor/files/sparkserve-supervisor.py)."""
 
 from __future__ import annotations
 
-import argparse
 import signal
-import sys
 import time
 from typing import Callable, Sequence
 
 from ..api import http_request
+from ..config import run_config_program
 from ..lifecycle import Terminated, log
 from ..process import Runner, run_command
-from .config import Config, ConfigError, load_config
+from .config import Config, load_config
 from .heal import Supervisor
 from .probe import Http
 
@@ -44,24 +43,9 @@ def run(config: Config, once: bool = False, runner: Runner = run_command, http: 
             signal.signal(sig, handler)
 
 
-def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description="Heal a serving sparkserve deployment from its head: watch, and restart every rank in order.")
-    parser.add_argument("--config", required=True, help="the supervisor's JSON config file")
-    parser.add_argument("--check-config", action="store_true", help="validate the config, print OK")
-    parser.add_argument("--once", action="store_true", help="one step, then exit")
-    return parser.parse_args(argv)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        config = load_config(args.config)
-    except ConfigError as err:
-        print(f"supervisor config {args.config}: {err}", file=sys.stderr, flush=True)
-        return 2
-    if args.check_config:
-        print("OK", flush=True)
-        return 0
-    return run(config, once=args.once)
-
+    return run_config_program(
+        argv, "supervisor",
+        "Heal a serving sparkserve deployment from its head: watch, and restart every rank in order.",
+        "the supervisor's JSON config file", "one step, then exit", load_config,
+        lambda config, once: run(config, once=once))
