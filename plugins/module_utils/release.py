@@ -9,7 +9,8 @@ launched) hold the same record, ``Release``:
 - ``fingerprint`` (str): the render's fingerprint; names the release's file.
 - ``recipe`` (mapping): the validated recipe it ran (image, model and draft
   revisions, overlays, ...).
-- ``ranks`` (list of mappings): each rank's render (container, command, ...).
+- ``ranks`` (mapping): each rank's render (container, command, ...), by
+  rank number (a string, as JSON keys are).
 - ``adapter`` (mapping): the engine adapter's facts (name, endpoints, ...).
 - ``ready_after_s`` (number): seconds from the first rank's start to ready.
 - ``started_at``, ``recorded_at`` (number): unix times of the first rank's
@@ -39,7 +40,7 @@ _FIELDS: Dict[str, Tuple[Tuple[type, ...], str]] = {
     "deployment": ((str,), "a string"),
     "fingerprint": ((str,), "a string"),
     "recipe": ((dict,), "a mapping"),
-    "ranks": ((list,), "a list"),
+    "ranks": ((dict,), "a mapping"),
     "adapter": ((dict,), "a mapping"),
     "ready_after_s": ((int, float), "a number"),
     "started_at": ((int, float), "a number"),
@@ -58,7 +59,7 @@ class Release:
     recipe: Dict[str, Any]
     recorded_at: float
     deployment: str = ""
-    ranks: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
+    ranks: Dict[str, Dict[str, Any]] = dataclasses.field(default_factory=dict)
     adapter: Dict[str, Any] = dataclasses.field(default_factory=dict)
     ready_after_s: Optional[float] = None
     started_at: Optional[float] = None

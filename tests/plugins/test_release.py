@@ -93,7 +93,7 @@ def test_downtime_and_downtime_beside_the_load() -> None:
 # ---------------------------------------------------------------- the record's schema
 
 FULL = {"deployment": "lab-tp2", "fingerprint": "f" * 16, "recipe": {"name": "lab-tp2", "image": "reg/e@sha256:1"},
-        "ranks": [{"rank": 0, "container_name": "lab-tp2-rank0"}], "adapter": {"name": "vllm"},
+        "ranks": {"0": {"rank": 0, "container_name": "lab-tp2-rank0"}}, "adapter": {"name": "vllm"},
         "ready_after_s": 21.5, "started_at": 1764640000.5, "recorded_at": 1764640030.25}
 
 
@@ -106,13 +106,13 @@ def test_a_record_goes_through_its_file_unchanged() -> None:
 
 
 def test_a_bad_record_is_refused_one_sentence_a_problem() -> None:
-    bad = dict(FULL, recorded_at="yesterday", ranks={}, colour="blue")
+    bad = dict(FULL, recorded_at="yesterday", ranks=[], colour="blue")
     del bad["fingerprint"]
     with pytest.raises(ReleaseError) as caught:
         Release.from_dict(bad, "current.json")
     assert str(caught.value) == (
         "current.json has no fingerprint; it is not a release record the launch wrote. "
-        "current.json: ranks is {}; it must be a list. "
+        "current.json: ranks is []; it must be a mapping. "
         'current.json: recorded_at is "yesterday"; it must be a number. '
         "current.json has colour, which no release record holds; remove it or add it to "
         "plugins/module_utils/release.py.")
@@ -136,3 +136,16 @@ def test_the_filters_write_read_and_mark_the_record() -> None:
     assert marked["failed"] == "it broke"
     with pytest.raises(AnsibleFilterError, match="release_record: the release record: started_at is null"):
         release_filter.release_record(dict(FULL, started_at=None))
+
+
+def test_the_launch_writes_the_fields_of_the_schema() -> None:
+    """The engine's record (roles/engine/tasks/record.yml, __engine_record) has exactly the schema's written fields."""
+    import re
+    from pathlib import Path
+
+    from ansible_collections.sparkserve.deploy.plugins.module_utils import release
+
+    text = (Path(__file__).resolve().parents[2] / "roles/engine/tasks/record.yml").read_text(encoding="utf-8")
+    block = text[text.index("__engine_record: >-"):text.index("now().timestamp()}")]
+    written = set(re.findall(r"'([a-z_]+)':", block))
+    assert written == set(release._FIELDS) - {"failed"}
