@@ -7,7 +7,7 @@ from typing import Any, Mapping, Sequence
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.sparkserve.deploy.plugins.module_utils import release
+from ansible_collections.sparkserve.deploy.plugins.module_utils.node import release
 
 DOCUMENTATION = r"""
 name: overlay_set_id
@@ -28,7 +28,7 @@ options:
 EXAMPLES = r"""
 dest: "{{ sparkserve_overlays_dir }}/{{ deployment }}/{{ recipe_config.overlays | sparkserve.deploy.overlay_set_id }}"
 kept: "{{ records | sparkserve.deploy.release_retention(2, [current_fingerprint]) }}"
-# The release record's file (module_utils/release.py is its schema), written, read and marked failed:
+# The release record's file (module_utils/node/release.py is its schema), written, read and marked failed:
 content: >-
   {{ {'deployment': engine_deployment, 'fingerprint': fingerprint, 'recipe': engine_recipe, 'ranks': engine_ranks,
       'adapter': engine_adapter, 'ready_after_s': waited_s, 'started_at': started_at,

@@ -9,7 +9,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.sparkserve.deploy.plugins.filter import release as release_filter
-from ansible_collections.sparkserve.deploy.plugins.module_utils.release import (
+from ansible_collections.sparkserve.deploy.plugins.module_utils.node.release import (
     Release,
     ReleaseError,
     downtime,
@@ -115,7 +115,7 @@ def test_a_bad_record_is_refused_one_sentence_a_problem() -> None:
         "current.json: ranks is []; it must be a mapping. "
         'current.json: recorded_at is "yesterday"; it must be a number. '
         "current.json has colour, which no release record holds; remove it or add it to "
-        "plugins/module_utils/release.py.")
+        "plugins/module_utils/node/release.py.")
     with pytest.raises(ReleaseError, match="^current.json is not JSON"):
         Release.from_json("{", "current.json")
     with pytest.raises(ReleaseError, match="holds list, not a mapping"):
@@ -143,7 +143,7 @@ def test_the_launch_writes_the_fields_of_the_schema() -> None:
     import re
     from pathlib import Path
 
-    from ansible_collections.sparkserve.deploy.plugins.module_utils import release
+    from ansible_collections.sparkserve.deploy.plugins.module_utils.node import release
 
     text = (Path(__file__).resolve().parents[2] / "roles/engine/tasks/record.yml").read_text(encoding="utf-8")
     block = text[text.index("__engine_record: >-"):text.index("now().timestamp()}")]

@@ -284,6 +284,8 @@ def render_data(nodes: int = 2, fingerprint: str = "fp-1", order: str = "workers
             "supervise": {**sv.SUPERVISE_DEFAULTS, **supervise},
         },
         "ready_after_s": 42.0,
+        "started_at": 1764640000.0,
+        "recorded_at": 1764640042.0,
     }
 
 
@@ -523,8 +525,14 @@ def test_the_render_gives_the_ranks_on_their_nodes_and_fills_in_supervise() -> N
         (0, "spark-1", rank(0)), (1, "spark-2", rank(1)), (2, "spark-3", rank(2))]
     assert (render.key, render.order, render.served_name) == (("fp-1", 5.0), "head_first", SERVED)
     assert render.supervise.ready_timeout_s == 300 and render.supervise.failures_before_heal == 3
-    data["ranks"] = [dict(entry) for entry in data["ranks"].values()]  # the render module's list form
-    assert sv.parse_render(data, config, 5.0).ranks == render.ranks
+    # The record's schema (node/release.py) holds the ranks by number; any other form is refused by it.
+    data["ranks"] = [dict(entry) for entry in data["ranks"].values()]
+    with pytest.raises(sv.RenderError, match=r"^it: ranks is \[.*; it must be a mapping\.$"):
+        sv.parse_render(data, config, 5.0)
+    del data["recorded_at"]
+    data["ranks"] = {"0": {"container_name": rank(0)}}
+    with pytest.raises(sv.RenderError, match="^it has no recorded_at; it is not a release record the launch wrote"):
+        sv.parse_render(data, config, 5.0)
 
 
 def test_a_model_list_without_the_served_model_fails_the_probe() -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import NAME_PATTERN, is_int, is_number
+from ..release import Release, ReleaseError
 from .config import Config
 
 # What recipe.supervise holds; the role fills these in, a render of an older launch may lack them.
@@ -139,8 +140,6 @@ def _supervise(data: object) -> Supervise:
 
 def _ranks(data: object, config: Config) -> tuple[Rank, ...]:
     raw = dig(data, "ranks")
-    if isinstance(raw, list):  # the render module's own form: a list of ranks, each with its number
-        raw = {str(dig(entry, "rank", index)): entry for index, entry in enumerate(raw)}
     if not isinstance(raw, dict) or not raw:
         raise RenderError('ranks is not an object of ranks, like {"0": {"container_name": ...}}')
     ranks: list[Rank] = []
@@ -160,9 +159,15 @@ def _ranks(data: object, config: Config) -> tuple[Rank, ...]:
 
 
 def parse_render(data: object, config: Config, mtime: float) -> Render:
-    """Validate the render the launch recorded; every problem is a RenderError."""
-    if not isinstance(data, dict):
-        raise RenderError("it is not a JSON object")
+    """Validate the render the launch recorded; every problem is a RenderError.
+
+    The record is first read as the release schema has it (node/release.py, the one every reader of the head's
+    records uses), then for what the supervisor needs of it.
+    """
+    try:
+        Release.from_dict(data, "it")
+    except ReleaseError as err:
+        raise RenderError(str(err)) from err
     if data.get("deployment") != config.deployment:
         raise RenderError(f"it is the render of {json.dumps(data.get('deployment'))}, not of {config.deployment}")
     order = dig(data, "recipe.launch.order", "workers_first")

@@ -102,8 +102,8 @@ def problems(data: Any, where: str = "the release record", strict: bool = True) 
     Not STRICT, a field no record holds is let through (retention reads records written by older launches).
     """
     if not isinstance(data, Mapping):
-        return ["%s holds %s, not a mapping; it must be a JSON object of a release (plugins/module_utils/release.py)."
-                % (where, type(data).__name__)]
+        return ["%s holds %s, not a mapping; it must be a JSON object of a release "
+                "(plugins/module_utils/node/release.py)." % (where, type(data).__name__)]
     found = ["%s has no %s; it is not a release record the launch wrote." % (where, key)
              for key in REQUIRED if key not in data]
     for key, value in data.items():
@@ -111,7 +111,7 @@ def problems(data: Any, where: str = "the release record", strict: bool = True) 
             if not strict:
                 continue
             found.append("%s has %s, which no release record holds; remove it or add it to "
-                         "plugins/module_utils/release.py." % (where, key))
+                         "plugins/module_utils/node/release.py." % (where, key))
             continue
         kinds, words = _FIELDS[key]
         if isinstance(value, bool) or not isinstance(value, kinds):
