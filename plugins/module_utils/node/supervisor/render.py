@@ -164,6 +164,8 @@ def parse_render(data: object, config: Config, mtime: float) -> Render:
     The record is first read as the release schema has it (node/release.py, the one every reader of the head's
     records uses), then for what the supervisor needs of it.
     """
+    if not isinstance(data, dict):
+        raise RenderError("it is not a JSON object")
     try:
         Release.from_dict(data, "it")
     except ReleaseError as err:
