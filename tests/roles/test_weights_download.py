@@ -22,6 +22,7 @@ from typing import Any, Iterator
 import pytest
 
 from ansible_collections.sparkserve.deploy.plugins.module_utils import weights
+from tests.roles import node_layout
 from tests.scripts import ROOT, load_script
 
 SCRIPT = ROOT / "roles/weights/files/sparkserve-weights-download.py"
@@ -78,7 +79,11 @@ def served(endpoint: str, expected: int, timeout: float = 30) -> int:
 
 def run(endpoint: str | None, dest: Path, revision: str = SHA, repo: str = REPO,
         token: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    # As the weights role runs it: the node library on PYTHONPATH (mounted read-only into the container).
+    node = dest.parent / "node"
+    if not (node / "lib").is_dir():
+        node_layout.install_library(node / "lib")
+    env = node_layout.env(node, {k: v for k, v in os.environ.items() if not k.startswith("HF_")})
     env.update(HF_HOME=str(dest.parent / "hf-home"), HF_HUB_DISABLE_TELEMETRY="1")
     if token is not None:
         env["HF_TOKEN"] = token

@@ -40,7 +40,6 @@ import json
 import os
 import re
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -53,6 +52,9 @@ from huggingface_hub.utils import (
     RevisionNotFoundError,
     disable_progress_bars,
 )
+
+# The node library, mounted read-only at /sparkserve/lib with PYTHONPATH pointing there (roles/weights).
+from sparkserve_node.files import write_atomic
 
 MANIFEST_NAME = ".sparkserve-manifest.json"
 # The revision's size, written when the download starts (module_utils/weights.py DOWNLOAD_NAME reads it).
@@ -213,18 +215,8 @@ def read_manifest(dest: Path) -> str | None:
 
 
 def write_manifest(dest: Path, manifest: dict[str, Any]) -> None:
-    """Write the manifest atomically: a temporary file in dest, then a rename."""
-    fd, tmp = tempfile.mkstemp(dir=dest, prefix=MANIFEST_NAME + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as stream:
-            stream.write(manifest_text(manifest))
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, dest / MANIFEST_NAME)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write the manifest atomically (the node library's write_atomic: a hidden temporary file, then a rename)."""
+    write_atomic(str(dest / MANIFEST_NAME), manifest_text(manifest))
 
 
 def redact(text: str, token: str | None) -> str:
