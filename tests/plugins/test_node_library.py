@@ -198,3 +198,42 @@ def test_a_config_file_that_cannot_be_read_or_is_not_json_is_a_config_error(tmp_
     (tmp_path / "bad.json").write_text("{", encoding="utf-8")
     with pytest.raises(ConfigError, match="not valid JSON"):
         read_json(str(tmp_path / "bad.json"))
+
+
+# ---------------------------------------------------------------- a daemon's loop
+
+def test_the_loop_ends_on_a_signal_cleans_up_and_puts_the_handlers_back(capsys: pytest.CaptureFixture[str]) -> None:
+    import signal
+
+    from sparkserve_node.lifecycle import Shutdown, Terminated, run_until_terminated
+
+    before = signal.getsignal(signal.SIGTERM)
+    done: list[str] = []
+    slept: list[float] = []
+
+    def step() -> float:
+        done.append("step")
+        if len(done) == 3:
+            raise Terminated()
+        return 2.5
+
+    code = run_until_terminated("guard lab", Shutdown(), step, False, slept.append,
+                                on_terminate=lambda: done.append("metrics gone"), fatal=(OSError,),
+                                cleanup=lambda: done.append("lock given back"))
+    assert code == 0 and slept == [2.5, 2.5]
+    assert done == ["step", "step", "step", "metrics gone", "lock given back"]
+    assert signal.getsignal(signal.SIGTERM) == before
+    assert capsys.readouterr().out == "guard lab: terminated; exiting\n"
+
+
+def test_the_loop_exits_1_on_a_fatal_error_and_0_after_one_step_when_once() -> None:
+    from sparkserve_node.lifecycle import Shutdown, run_until_terminated
+
+    def broken() -> float:
+        raise OSError("state folder is read-only")
+
+    assert run_until_terminated("sup", Shutdown(), broken, False, lambda s: None, lambda: None, (OSError,)) == 1
+    steps: list[int] = []
+    assert run_until_terminated("sup", Shutdown(), lambda: float(steps.append(1) or 1), True,
+                                lambda s: steps.append(99), lambda: None, (OSError,)) == 0
+    assert steps == [1]

@@ -108,7 +108,6 @@ from __future__ import annotations
 import enum
 import json
 import math
-import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -118,7 +117,7 @@ from typing import Any, Callable, Mapping, Sequence
 from sparkserve_node.config import ConfigError, is_int, is_number, name_value, read_json, run_config_program
 from sparkserve_node.docker import NO_SUCH_CONTAINER
 from sparkserve_node.files import append_line
-from sparkserve_node.lifecycle import Shutdown, Terminated, log
+from sparkserve_node.lifecycle import Shutdown, Terminated, log, run_until_terminated
 from sparkserve_node.meminfo import MeminfoError, read_meminfo
 from sparkserve_node.process import Runner, one_line, run_command
 from sparkserve_node.textfile import MetricFamily, MetricSample, TextfileWriter
@@ -549,30 +548,18 @@ def run(config: Config, once: bool, sleep: Callable[[float], None] = time.sleep,
         runner: Runner = run_command, clock: Callable[[], float] = time.monotonic,
         now: Callable[[], float] = time.time) -> int:
     watch = Watch(config, runner, clock=clock, now=now)
-    shutdown = watch.shutdown
-    previous = {sig: signal.signal(sig, shutdown.handle) for sig in (signal.SIGTERM, signal.SIGINT)}
     what = ("kill (docker kill)" if config.action == "kill"
             else f"stop (docker stop -t {config.stop_grace_s})")
     log(f"memguard {config.deployment}: watching {' and '.join(watch.guard.keys)} in {config.meminfo_path} "
         f"for container {config.container}; floor {gib(config.floor_bytes)}, "
         f"{config.samples} samples of {config.interval_s:g} s, then {what}")
-    try:
-        while True:
-            watch.observe_once()
-            if once:
-                return 0
-            sleep(config.interval_s)
-    except Terminated:
-        shutdown.deferred = True
-        watch.remove_metrics()
-        log(f"memguard {config.deployment}: terminated; exiting")
-        return 0
-    except MeminfoError as err:
-        log(f"memguard {config.deployment}: {err}; exiting")
-        return 1
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+
+    def step() -> float:
+        watch.observe_once()
+        return config.interval_s
+
+    return run_until_terminated(f"memguard {config.deployment}", watch.shutdown, step, once, sleep,
+                                on_terminate=watch.remove_metrics, fatal=(MeminfoError,))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

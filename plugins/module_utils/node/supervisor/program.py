@@ -3,13 +3,12 @@ roles/supervisor/files/sparkserve-supervisor.py)."""
 
 from __future__ import annotations
 
-import signal
 import time
 from typing import Callable, Sequence
 
 from ..api import http_request
 from ..config import run_config_program
-from ..lifecycle import Terminated, log
+from ..lifecycle import log, run_until_terminated
 from ..process import Runner, run_command
 from .config import Config, load_config
 from .heal import Supervisor
@@ -20,27 +19,10 @@ def run(config: Config, once: bool = False, runner: Runner = run_command, http: 
         clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep) -> int:
     """Step until SIGTERM (or once); 0 then, 1 when the state or lock directory cannot be written."""
     supervisor = Supervisor(config, runner=runner, http=http, clock=clock, sleep=sleep)
-    shutdown = supervisor.shutdown
-    previous = {sig: signal.signal(sig, shutdown.handle) for sig in (signal.SIGTERM, signal.SIGINT)}
     log(f"supervisor {config.deployment}: supervising from {config.head} the render {config.render_path}")
-    try:
-        while True:
-            delay = supervisor.step()
-            if once:
-                return 0
-            sleep(delay)
-    except Terminated:
-        shutdown.deferred = True
-        supervisor.remove_metrics()
-        log(f"supervisor {config.deployment}: terminated; exiting")
-        return 0
-    except OSError as err:
-        log(f"supervisor {config.deployment}: {err}; exiting")
-        return 1
-    finally:
-        supervisor.lock.release()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    return run_until_terminated(
+        f"supervisor {config.deployment}", supervisor.shutdown, supervisor.step, once, sleep,
+        on_terminate=supervisor.remove_metrics, fatal=(OSError,), cleanup=supervisor.lock.release)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
