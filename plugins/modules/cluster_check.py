@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/python
 """Validate the cluster an inventory describes, whatever its format."""
 
 from __future__ import annotations

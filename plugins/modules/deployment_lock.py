@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/python
 """Take, renew or give back the launch lock of a deployment, so two launches of it cannot run at once."""
 
 from __future__ import annotations

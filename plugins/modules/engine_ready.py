@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/python
 """Probe an OpenAI-compatible engine for real readiness: /health, /v1/models and a one-token completion."""
 
 from __future__ import annotations

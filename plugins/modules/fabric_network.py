@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/python
 """Give the fabric twins their addresses through netplan or systemd-networkd, as one step that undoes itself."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/python
 """Check that a Spark can take a deployment, before anything on it changes."""
 
 from __future__ import annotations

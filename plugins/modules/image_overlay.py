@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/python
 """Make a recipe's patched engine files on a node, from the pinned image, verified before and after."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/python
 """Wait, for a bounded time, until a node's MemAvailable is back above the recipe's floor."""
 
 from __future__ import annotations

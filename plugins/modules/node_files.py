@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/python
 """Make a set of folders and files be on the node exactly as given, in one task."""
 
 from __future__ import annotations

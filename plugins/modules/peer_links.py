@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/python
 """Check a node's links to its peers in one pass: full-MTU pings and ssh."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/python
 """Validate a recipe for a cluster and render every rank's engine command line."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/python
 """Read a Spark's RoCE devices from sysfs: port state, GID table, and the RoCE v2 GID index of each fabric address."""
 
 from __future__ import annotations

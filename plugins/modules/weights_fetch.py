@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/python
 """Pull a model revision folder from an upstream node's rsync daemon, file by file, in manifest order."""
 
 from __future__ import annotations

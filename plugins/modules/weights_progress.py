@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/python
 """How far a background download or fetch of a model revision is, and whether its job has finished."""
 
 from __future__ import annotations

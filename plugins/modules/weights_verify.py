@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/python
 """Check a model revision folder against its manifest: sizes, sha256 (hashed in parallel, cached)."""
 
 from __future__ import annotations

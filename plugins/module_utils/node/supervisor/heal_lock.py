@@ -59,7 +59,8 @@ class DeploymentLock:
         return holder
 
     def _holder(self, now: float, lease_s: int) -> Holder:
-        assert self.token is not None
+        if self.token is None:
+            raise RuntimeError("the supervisor's lock has no token yet: take it before renewing it")
         return lock.make_holder(self.owner, self.since, now, lease_s, self.token)
 
     def take(self, now: float, lease_s: int) -> Holder | None:
