@@ -13,6 +13,13 @@ description:
     as a plain YAML inventory carries them) and applies the same topology rules to both.
   - Fails with one message per problem, each naming the host, the variable, the bad value and the fix.
   - Changes nothing. Runs on the controller, in the playbook's own process (its action plugin), once per play.
+extends_documentation_fragment:
+  - sparkserve.deploy.attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
 options:
   hosts:
     description: Inventory names of the cluster's nodes (the C(sparks) group).

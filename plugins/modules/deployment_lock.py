@@ -37,6 +37,13 @@ description:
     lock is taken over by one run only.
   - In check mode reports what would change and changes nothing. With diff, shows who holds the lock
     before and after.
+extends_documentation_fragment:
+  - sparkserve.deploy.attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
 options:
   name:
     description: Name of the deployment (letters, digits, C(.), C(_), C(-)).

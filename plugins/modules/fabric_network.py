@@ -84,6 +84,8 @@ options:
         check (tests use a temporary folder). Commands are run as they are, whatever it is.
     type: path
     default: /
+extends_documentation_fragment:
+  - sparkserve.deploy.attributes
 attributes:
   check_mode:
     support: full

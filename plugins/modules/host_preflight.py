@@ -14,6 +14,13 @@ description:
   - Resources held by this deployment's own containers (a deployment already serving) are not
     counted against it, and the memory floor applies only while none of its containers runs.
   - Changes nothing; runs the same in check mode.
+extends_documentation_fragment:
+  - sparkserve.deploy.attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
 options:
   deployment:
     description: Name of the deployment; its containers carry the label C(sparkserve.deployment=NAME).

@@ -26,6 +26,13 @@ description:
     mistaken I(dest) such as C(/var/lib) is never emptied.
   - Check mode reads the image and checks everything, and writes and removes nothing. Diff mode shows each result
     that changes (before is the file in I(dest), or the image's original when there is none).
+extends_documentation_fragment:
+  - sparkserve.deploy.attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
 options:
   image:
     description: The engine image, pinned by digest (C(REPO@sha256:<64 hex>)).

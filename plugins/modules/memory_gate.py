@@ -21,6 +21,13 @@ description:
   - In check mode it reads once and never waits; memory below the floor is a warning there, not a failure,
     so C(--check) against a node that is serving (its rank holds the memory) passes. A meminfo that cannot
     be read fails in check mode too.
+extends_documentation_fragment:
+  - sparkserve.deploy.attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
 options:
   min_available_bytes:
     description: The floor; MemAvailable must reach it (the recipe's C(memory.min_available_gib) in bytes).

@@ -95,6 +95,8 @@ options:
       mode:
         description: The file's mode; by default the mode it has, or V(0600) for a new file.
         type: raw
+extends_documentation_fragment:
+  - sparkserve.deploy.attributes
 attributes:
   check_mode:
     support: full

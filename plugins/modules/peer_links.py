@@ -14,6 +14,13 @@ description:
   - Runs every probe at once (one thread each), so the time does not grow with the number of peers.
   - A ping sends one packet of O(mtu) bytes with the don't-fragment bit set; ssh runs C(true) in batch mode.
   - Changes nothing; runs the same in check mode. Fails naming every peer that did not answer.
+extends_documentation_fragment:
+  - sparkserve.deploy.attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
 options:
   links:
     description: This node's twins, each C(interface) with the fabric C(address) it must hold.

@@ -74,6 +74,8 @@ options:
         its C(expect) names (read here, on the controller, before any node is touched).
       - Without O(recipe), the recipe is read from here; one of the two must be given.
     type: path
+extends_documentation_fragment:
+  - sparkserve.deploy.attributes
 attributes:
   check_mode:
     support: full

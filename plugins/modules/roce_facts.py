@@ -23,6 +23,13 @@ description:
   - An interface's IPv4 addresses are read from the GID table (the kernel adds a GID pair for each address
     of the interface), so an interface without an RDMA device behind it lists none.
   - Changes nothing; runs the same in check mode.
+extends_documentation_fragment:
+  - sparkserve.deploy.attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
 options:
   sysfs_root:
     description:

@@ -32,6 +32,13 @@ description:
     background job of a run that was interrupted; the role runs this module with C(async)) has ended, under
     an exclusive lock on C(.sparkserve-fetch.lock) in the folder.
   - In check mode reports what would be fetched and fetches nothing.
+extends_documentation_fragment:
+  - sparkserve.deploy.attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
 options:
   source:
     description:

@@ -19,6 +19,13 @@ description:
     and C(ansible-playbook -v) shows the numbers. Reads only; changes nothing.
   - Once the job has ended, returns what it needs of the job's result in RV(job), and fails with the job's
     message when the job failed (unless O(fail_on_job_failure=false)).
+extends_documentation_fragment:
+  - sparkserve.deploy.attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
 options:
   job_id:
     description: The C(ansible_job_id) of the background task.

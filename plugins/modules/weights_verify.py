@@ -24,6 +24,13 @@ description:
     expected and actual hashes or sizes). The verdict is on the files as found, before any removal.
   - In check mode nothing is removed and the verify cache is not written; C(changed) says whether
     something would be removed. Supports diff mode when it removes files (the file list before and after).
+extends_documentation_fragment:
+  - sparkserve.deploy.attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
 options:
   path:
     description: The revision folder, C(MODELS/<org>/<name>/<revision>).
