@@ -59,6 +59,8 @@ class Role:
     description: str = ""
     dependencies: list[str] = field(default_factory=list)
     comments: list[tuple[list[str], str]] = field(default_factory=list)
+    # The stems of tasks/*.yml: an entry point other than main without one runs nothing (it documents names).
+    task_files: set[str] = field(default_factory=set)
 
 
 # ---------------------------------------------------------------- reading a role
@@ -128,6 +130,7 @@ def read_role(path: Path) -> Role:
         description=str(galaxy.get("description") or ""),
         dependencies=[_dependency_name(entry) for entry in meta.get("dependencies") or []],
         comments=default_comments(defaults.read_text(encoding="utf-8")) if defaults.is_file() else [],
+        task_files={task.stem for task in (path / "tasks").glob("*.yml")},
     )
 
 
@@ -212,11 +215,16 @@ def option_rows(options: Mapping[str, Any], prefix: str = "") -> list[str]:
     return rows
 
 
-def entry_point(role: str, name: str, spec: Mapping[str, Any]) -> list[str]:
-    lines = [f"## Entry point `{name}`", ""]
+def entry_point(role: str, name: str, spec: Mapping[str, Any], runs: bool = True) -> list[str]:
+    """The section of one entry point; ``runs`` false for one with no task file of its own (names only)."""
+    lines = [f"## Entry point `{name}`" if runs else f"## Names `{name}`", ""]
     if spec.get("short_description"):
         lines += [f"**{prose(spec['short_description'])}**", ""]
-    if name != "main":
+    if not runs:
+        lines += [f"It runs nothing (there is no tasks/{name}.yml): a role gets these names by depending on "
+                  f"`{role}`, and the context play checks the inventory's values of them before any host changes "
+                  "(sparkserve.deploy.settings_check).", ""]
+    elif name != "main":
         lines += [f"Run it with `ansible.builtin.include_role: {{name: {role}, tasks_from: {name}}}`.", ""]
     description = spec.get("description") or []
     for paragraph in description if isinstance(description, list) else [description]:
@@ -245,7 +253,7 @@ def render(role: Role, dependents: Sequence[str] = ()) -> str:
     order = ["main"] if "main" in role.specs else []
     order += sorted(name for name in role.specs if name != "main")
     for name in order:
-        lines += entry_point(role.name, name, role.specs[name])
+        lines += entry_point(role.name, name, role.specs[name], name == "main" or name in role.task_files)
     if role.comments:
         lines += ["## Defaults", "",
                   f"What the comments of `{DEFAULTS}` say of its variables (the table above gives each default).", ""]

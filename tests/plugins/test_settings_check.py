@@ -14,6 +14,8 @@ def test_every_role_option_is_known_with_its_role_and_shape() -> None:
     options = load_options(ROLES)
     assert options["fabric_mtu"] == ("fabric", {"type": "int"})
     assert options["monitoring_server"][0] == "monitoring"
+    # The shared names (the sparkserve role's, which no play validates) are checked here, once per run.
+    assert options["sparkserve_keep_releases"] == ("sparkserve", {"type": "int"})
     # Options shared by several entry points of a role are known once; descriptions and defaults are not shapes.
     assert options["release_qualify"] == ("release", {"type": "str", "choices": ["serving", "new"]})
 

@@ -115,6 +115,8 @@ def roles(tmp_path: Path) -> Path:
     (demo / "meta" / "argument_specs.yml").write_text(SPEC, encoding="utf-8")
     (demo / "defaults" / "main.yml").write_text(DEFAULTS, encoding="utf-8")
     (demo / "meta" / "main.yml").write_text(META, encoding="utf-8")
+    for entry in ("main", "check", "stop"):
+        (demo / "tasks" / f"{entry}.yml").write_text("---\n[]\n", encoding="utf-8")
     base = tmp_path / "roles" / "base"
     (base / "meta").mkdir(parents=True)
     (base / "meta" / "argument_specs.yml").write_text(
@@ -143,6 +145,8 @@ def test_a_role_readme_from_its_spec(roles: Path, capsys: pytest.CaptureFixture[
     assert r"Second paragraph names NCCL_\* and \<path in the image\> as written." in lines
     assert "Run it with `ansible.builtin.include_role: {name: demo, tasks_from: stop}`." in lines
     assert lines[lines.index("## Entry point `check`") + 6] == "No options."
+    # An entry of the spec with no task file of its own runs nothing: it documents names (the shared role's).
+    assert "## Names `main`" not in (roles / "base" / "README.md").read_text()
 
     rows = [line for line in lines if line.startswith("| `")]
     assert rows[:7] == [
@@ -215,3 +219,15 @@ def test_markdown_is_escaped_where_it_would_change_the_text() -> None:
     assert docs.show_default({"default": ""}) == '`""`'
     assert docs.show_default({"default": {"k": [1, True, None]}}) == '`{"k": [1, true, null]}`'
     assert docs.show_default({"type": "str"}) == ""
+
+
+def test_an_entry_without_a_task_file_documents_names(roles: Path) -> None:
+    shared = roles / "shared"
+    (shared / "meta").mkdir(parents=True)
+    (shared / "meta" / "argument_specs.yml").write_text(
+        "argument_specs:\n  shared:\n    short_description: The shared paths.\n    options:\n"
+        "      shared_dir: {type: path, default: /srv, description: The root.}\n", encoding="utf-8")
+    assert docs.main(["--roles", str(roles)]) == 0
+    lines = (shared / "README.md").read_text(encoding="utf-8").splitlines()
+    assert "## Names `shared`" in lines and "Run it with" not in "\n".join(lines)
+    assert any(line.startswith("It runs nothing (there is no tasks/shared.yml)") for line in lines)
