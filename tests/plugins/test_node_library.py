@@ -75,6 +75,29 @@ def test_an_atomic_write_that_fails_leaves_the_old_file_and_no_temporary_one(
     assert seen[0].startswith(".sparkserve-verify-cache.json.") and seen[0].endswith(".tmp")
 
 
+def test_an_atomic_write_interrupted_as_its_temporary_file_is_made_leaves_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A signal can unwind at any bytecode: right after the temporary file exists, before its name is returned."""
+    path = tmp_path / "sparkserve-flusher-lab.prom"
+    real_open = os.open
+
+    def open_then_interrupted(name: str, flags: int, mode: int = 0o777) -> int:
+        os.close(real_open(name, flags, mode))
+        raise KeyboardInterrupt()
+
+    monkeypatch.setattr(files.os, "open", open_then_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        files.write_atomic(str(path), "x")
+    assert os.listdir(tmp_path) == []
+    monkeypatch.setattr(files.os, "open", real_open)
+    # The name is this process's own: one an earlier process of the same pid left is replaced, not a failure.
+    stale = tmp_path / f".{path.name}.{os.getpid()}.{next(files._SERIAL) + 1}.tmp"
+    stale.write_text("stale", encoding="utf-8")
+    files.write_atomic(str(path), "new")
+    assert sorted(os.listdir(tmp_path)) == [path.name] and path.read_text(encoding="utf-8") == "new"
+
+
 def test_an_atomic_write_into_a_missing_folder_fails_and_makes_nothing(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         files.write_atomic(str(tmp_path / "absent" / "x.prom"), "x")

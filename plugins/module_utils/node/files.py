@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import os
-import tempfile
 from typing import Union
+
+# Temporary names unique within this process (with its pid): chosen before the file is made, so that whatever
+# interrupts the write (a signal raised at any bytecode) knows the name to remove.
+_SERIAL = itertools.count()
 
 
 def fsync_dir(path: str) -> None:
@@ -20,7 +24,7 @@ def write_atomic(path: str, data: Union[bytes, str], mode: int = 0o644, sync: bo
     """Replace the file at path by one holding data (text is written as UTF-8), so that a reader sees the old
     content or the new, never a part of it.
 
-    The data goes to a hidden temporary file beside path (``.NAME.XXXX.tmp``, which no ``*.prom`` or
+    The data goes to a hidden temporary file beside path (``.NAME.PID.N.tmp``, which no ``*.prom`` or
     ``*.json`` glob matches; a NAME that starts with a dot keeps its one dot, so ``.sparkserve-*`` stays
     ``.sparkserve-*``) with this mode whatever the umask, is renamed over path, and the temporary file
     is removed when anything fails (an interruption too). With sync (the default) the file and the rename are
@@ -30,8 +34,11 @@ def write_atomic(path: str, data: Union[bytes, str], mode: int = 0o644, sync: bo
     folder = os.path.dirname(path) or "."
     payload = data.encode("utf-8") if isinstance(data, str) else data
     base = os.path.basename(path)
-    fd, tmp = tempfile.mkstemp(prefix=f"{'' if base.startswith('.') else '.'}{base}.", suffix=".tmp", dir=folder)
+    tmp = os.path.join(folder, f"{'' if base.startswith('.') else '.'}{base}.{os.getpid()}.{next(_SERIAL)}.tmp")
     try:
+        if os.path.lexists(tmp):  # this process's own name: left by an earlier process of the same pid
+            os.unlink(tmp)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as handle:
             handle.write(payload)
             handle.flush()
