@@ -15,11 +15,6 @@ description:
   - Changes nothing. Runs on the controller, in the playbook's own process (its action plugin), once per play.
 extends_documentation_fragment:
   - sparkserve.deploy.attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 options:
   hosts:
     description: Inventory names of the cluster's nodes (the C(sparks) group).

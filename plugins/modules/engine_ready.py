@@ -39,11 +39,6 @@ description:
   - Changes nothing; runs the same in check mode (a one-token completion counts as read-only).
 extends_documentation_fragment:
   - sparkserve.deploy.attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 options:
   url:
     description: Base URL of the engine, without C(/v1), for example C(http://127.0.0.1:8000).

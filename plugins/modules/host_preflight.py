@@ -16,11 +16,6 @@ description:
   - Changes nothing; runs the same in check mode.
 extends_documentation_fragment:
   - sparkserve.deploy.attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 options:
   deployment:
     description: Name of the deployment; its containers carry the label C(sparkserve.deployment=NAME).

@@ -23,11 +23,6 @@ description:
     be read fails in check mode too.
 extends_documentation_fragment:
   - sparkserve.deploy.attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 options:
   min_available_bytes:
     description: The floor; MemAvailable must reach it (the recipe's C(memory.min_available_gib) in bytes).

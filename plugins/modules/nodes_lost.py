@@ -16,11 +16,6 @@ description:
     contacts a host.
 extends_documentation_fragment:
   - sparkserve.deploy.attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 options:
   nodes:
     description: The inventory names of the nodes that stopped answering.

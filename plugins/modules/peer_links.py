@@ -16,11 +16,6 @@ description:
   - Changes nothing; runs the same in check mode. Fails naming every peer that did not answer.
 extends_documentation_fragment:
   - sparkserve.deploy.attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 options:
   links:
     description: This node's twins, each C(interface) with the fabric C(address) it must hold.

@@ -25,11 +25,6 @@ description:
   - Changes nothing; runs the same in check mode.
 extends_documentation_fragment:
   - sparkserve.deploy.attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 options:
   sysfs_root:
     description:

@@ -17,11 +17,6 @@ description:
   - Its action plugin reads the settings from the inventory itself; as a module it checks the O(settings) given.
 extends_documentation_fragment:
   - sparkserve.deploy.attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 options:
   roles_dir:
     description: The folder of the project's roles, each with its meta/argument_specs.yml.

@@ -34,11 +34,6 @@ description:
   - In check mode reports what would be fetched and fetches nothing.
 extends_documentation_fragment:
   - sparkserve.deploy.attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 options:
   source:
     description:

@@ -21,11 +21,6 @@ description:
     message when the job failed (unless O(fail_on_job_failure=false)).
 extends_documentation_fragment:
   - sparkserve.deploy.attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 options:
   job_id:
     description: The C(ansible_job_id) of the background task.

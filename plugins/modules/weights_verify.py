@@ -27,8 +27,6 @@ description:
 extends_documentation_fragment:
   - sparkserve.deploy.attributes
 attributes:
-  check_mode:
-    support: full
   diff_mode:
     support: full
 options:
