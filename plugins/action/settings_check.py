@@ -7,7 +7,7 @@ from typing import Any, Dict
 from ansible.errors import AnsibleError
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.sparkserve.deploy.plugins.module_utils.settings import load_options, run
+from ansible_collections.sparkserve.deploy.plugins.module_utils.settings import load_options, outcome
 from ansible_collections.sparkserve.deploy.plugins.modules.settings_check import ARGUMENT_SPEC
 
 
@@ -33,5 +33,5 @@ class ActionModule(ActionBase):
                         given[name] = known[name]
                     except AnsibleError as err:
                         given[name] = f"(a value that cannot be read: {err.message})"
-        result.update(run({"roles_dir": args["roles_dir"], "settings": settings}))
+        result.update(outcome(options, settings))
         return result

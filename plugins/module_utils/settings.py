@@ -82,13 +82,16 @@ def check(options: Options, settings: Mapping[str, Mapping[str, Any]]) -> List[s
     return problems
 
 
-def run(params: Mapping[str, Any]) -> Dict[str, Any]:
-    """The module's work: fail with every problem, or say how many settings were checked."""
-    options = load_options(params["roles_dir"])
-    settings = params["settings"]
+def outcome(options: Options, settings: Mapping[str, Mapping[str, Any]]) -> Dict[str, Any]:
+    """The module's result: failed with every problem, or how many settings were checked."""
     problems = check(options, settings)
     if problems:
         return {"failed": True, "changed": False, "problems": problems,
                 "msg": "the inventory's settings are refused before any host changes: " + "; ".join(problems) + "."}
     checked = sum(1 for host in settings for name in settings[host] if name in options)
     return {"changed": False, "checked": checked, "msg": f"{checked} settings match their roles' argument specs"}
+
+
+def run(params: Mapping[str, Any]) -> Dict[str, Any]:
+    """The module's work on the settings given (the action plugin reads them from the inventory instead)."""
+    return outcome(load_options(params["roles_dir"]), params["settings"])
