@@ -77,6 +77,7 @@ def test_a_minimal_recipe_gets_every_default() -> None:
     assert recipe["kv_cache"] == {"dtype": None, "block_size": None, "memory_gib_per_rank": None}
     assert recipe["memory"] == {
         "min_available_gib": 100,
+        "budget_gib": None,
         "guard": {"floor_gib": 8, "samples": 3, "watch": "both", "action": "kill", "stop_grace_s": 10,
                   "at_boot": False},
         "flusher": {"mode": "unconditional", "interval_s": 2},

@@ -25,6 +25,28 @@ def flag_is_set(args: Mapping[str, Any], flag: str) -> bool:
     return any(isinstance(k, str) and k.replace("_", "-") == flag and v is True for k, v in args.items())
 
 
+def engine_arg(args: Mapping[str, Any], flag: str) -> Any:
+    """The value engine_args gives the flag FLAG (keys compared with - for _), None when it is absent."""
+    for key, value in args.items():
+        if isinstance(key, str) and key.replace("_", "-") == flag:
+            return value
+    return None
+
+
+def fraction_arg(args: Mapping[str, Any], flag: str, default: float) -> float:
+    """engine_args' value of the memory fraction FLAG, a number above 0 and at most 1; DEFAULT when it is
+    absent or not such a number (the recipe's validation reports a bad value, the estimate stays safe)."""
+    value = engine_arg(args, flag)
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        return default
+    return float(value)
+
+
 def _scalar(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -86,6 +108,37 @@ class Engine:
     # Its metrics by meaning (METRIC_MEANINGS) for the bench and the monitoring; a meaning the engine
     # lacks is absent.
     metric_names: Mapping[str, str] = {}
+    # The engine flag of its memory fraction (memory_fraction), named in the memory estimate's basis.
+    memory_fraction_flag: str = ""
+    # Whether that fraction bounds everything the engine allocates (vLLM's gpu-memory-utilization does) or
+    # only its weights and KV cache, its activations and CUDA graphs coming on top (SGLang's
+    # mem-fraction-static): then the estimate adds overhead_gib to the fraction's share.
+    fraction_covers_overhead: bool = True
+    # The engine's own memory on a node beyond the weights and the KV cache, in GiB: the CUDA context (about
+    # 0.5-1 GiB), the activations of the largest prefill chunk, the CUDA graphs (vLLM logs 0.3-2 GiB for
+    # their capture), NCCL's buffers and the sampler. 4 GiB is a conservative round figure for vLLM and
+    # SGLang on one GPU; the estimate adds it where no memory fraction bounds the whole (fleet/memory.py).
+    overhead_gib: float = 4.0
+    # TCP ports the head takes from launch.master_port up (the rendezvous and the ports the engine derives
+    # from it); two deployments sharing a node need ranges that do not overlap (fleet/ports.py).
+    master_port_span: int = 1
+
+    def memory_fraction(self, recipe: Mapping[str, Any]) -> Optional[float]:
+        """The fraction of the node's whole memory the engine reserves for weights, KV cache and activations.
+
+        On a Spark's unified memory the fraction is of the whole memory. None when the recipe sizes the KV
+        cache itself and the engine then ignores its fraction: the need is the weights, the KV cache and
+        ``overhead_gib``. ``recipe`` is the raw mapping, perhaps invalid: read it defensively.
+        """
+        return None
+
+    def kv_cache_gib(self, recipe: Mapping[str, Any]) -> Optional[float]:
+        """The KV cache per rank, in GiB, that the recipe states (kv_cache.memory_gib_per_rank); None if none."""
+        kv = recipe.get("kv_cache")
+        value = kv.get("memory_gib_per_rank") if isinstance(kv, Mapping) else None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            return None
+        return float(value)
 
     def launch_argv(self, recipe: Mapping[str, Any], rank: int, world_size: int, head_fabric_ip: str) -> List[str]:
         """The command line up to the KV cache and engine_args words: program, model, parallelism, rendezvous, API."""

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, List, Mapping
+from typing import Any, List, Mapping, Optional
 
 from ansible_collections.sparkserve.deploy.plugins.module_utils.engines.base import (
     SAFETENSORS_LOAD_PROGRESS,
     Engine,
     Problem,
+    engine_arg,
     flag_is_set,
+    fraction_arg,
 )
 
 
@@ -55,6 +57,21 @@ class SGLang(Engine):
         "e2e_latency": "sglang:e2e_request_latency_seconds",
         "spec_accept_length": "sglang:spec_accept_length",
     }
+    # mem-fraction-static is the share of the GPU's memory for the weights and the KV pool only; SGLang leaves
+    # the rest for activations and CUDA graphs, so the estimate adds overhead_gib on top of the fraction.
+    memory_fraction_flag = "mem-fraction-static"
+    fraction_covers_overhead = False
+    # SGLang's default is computed at start (ServerArgs._handle_gpu_memory_settings): (memory - reserved) /
+    # memory, reserved about 13-16 GiB on a 121 GiB GB10 (chunked prefill 8192 x 1.5 MiB, CUDA graphs, 1 GiB
+    # per 8 ranks, 2 GiB more with speculative decoding), which gives 0.87-0.89; 0.88 is the figure it falls
+    # back to when it cannot read the GPU's memory, and the middle of that range.
+    default_memory_fraction = 0.88
+    # Its activations of a chunked-prefill step (8192 tokens by default on a GPU this size) and its CUDA
+    # graphs, beyond the static fraction: 4 GiB, conservative for one GB10.
+    overhead_gib = 4.0
+    # With --dist-init-addr HEAD:PORT the head also listens on PORT+1 to PORT+6 (PortArgs.init_new: the
+    # tokenizer, scheduler, detokenizer, RPC, metrics and broadcast sockets).
+    master_port_span = 7
 
     def launch_argv(self, recipe: Mapping[str, Any], rank: int, world_size: int, head_fabric_ip: str) -> List[str]:
         model, parallel, launch = recipe["model"], recipe["parallel"], recipe["launch"]
@@ -91,6 +108,15 @@ class SGLang(Engine):
         # SGLang serves /metrics only when started with --enable-metrics.
         args = recipe.get("engine_args")
         return flag_is_set(args if isinstance(args, dict) else {}, "enable-metrics")
+
+    def memory_fraction(self, recipe: Mapping[str, Any]) -> Optional[float]:
+        # max-total-tokens caps the KV pool below what the fraction would give: the fraction no longer says the
+        # need (the estimate then sums weights, the stated KV cache and the overhead).
+        args = recipe.get("engine_args")
+        args = args if isinstance(args, Mapping) else {}
+        if engine_arg(args, "max-total-tokens") not in (None, False):
+            return None
+        return fraction_arg(args, self.memory_fraction_flag, self.default_memory_fraction)
 
 
 ENGINE = SGLang()

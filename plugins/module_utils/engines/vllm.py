@@ -2,13 +2,38 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping
+import re
+from typing import Any, Dict, List, Mapping, Optional
 
 from ansible_collections.sparkserve.deploy.plugins.module_utils.engines.base import (
     GIB,
     SAFETENSORS_LOAD_PROGRESS,
     Engine,
+    engine_arg,
+    fraction_arg,
 )
+
+# vLLM's integers with a size suffix (its human_readable_int): k m g t are powers of 1000, K M G T powers of
+# 1024 (releases that read M G T as powers of 1000 spell the binary ones Ki Mi Gi Ti). The larger reading is
+# taken where releases differ: the estimate errs on the safe side.
+_HUMAN_INT = re.compile(r"^(\d+(?:\.\d+)?)(k|m|g|t|K|M|G|T|Ki|Mi|Gi|Ti)?$")
+_SIZE_FACTORS = {"k": 10 ** 3, "m": 10 ** 6, "g": 10 ** 9, "t": 10 ** 12,
+                 "K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30, "T": 2 ** 40,
+                 "Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40}
+
+
+def _bytes_value(value: Any) -> Optional[int]:
+    """A byte count as vLLM reads it (16G, 17179869184), or None when it is not one."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if not isinstance(value, str):
+        return None
+    match = _HUMAN_INT.match(value.strip())
+    if match is None:
+        return None
+    return int(float(match.group(1)) * _SIZE_FACTORS.get(match.group(2) or "", 1))
 
 
 class VLLM(Engine):
@@ -61,6 +86,14 @@ class VLLM(Engine):
         "spec_accepted_per_position": "vllm:spec_decode_num_accepted_tokens_per_pos",
         "cache_config_info": "vllm:cache_config_info",
     }
+    # gpu-memory-utilization bounds everything vLLM allocates on the GPU, its activations and CUDA graphs
+    # included (its profiling run measures them); vLLM's default is 0.9.
+    memory_fraction_flag = "gpu-memory-utilization"
+    fraction_covers_overhead = True
+    default_memory_fraction = 0.9
+    # With the KV cache sized in bytes: the CUDA context, the profiled activations of the largest batch and the
+    # CUDA graphs (vLLM logs their capture at 0.3-2 GiB); 4 GiB covers them on one GB10.
+    overhead_gib = 4.0
 
     def launch_argv(self, recipe: Mapping[str, Any], rank: int, world_size: int, head_fabric_ip: str) -> List[str]:
         model, parallel, launch = recipe["model"], recipe["parallel"], recipe["launch"]
@@ -84,6 +117,27 @@ class VLLM(Engine):
     def environment(self, recipe: Mapping[str, Any]) -> Dict[str, str]:
         # vLLM's own wait for its engine core; the recipe's readiness timeout bounds the load instead.
         return {"VLLM_ENGINE_READY_TIMEOUT_S": str(recipe["readiness"]["timeout_s"])}
+
+    def memory_fraction(self, recipe: Mapping[str, Any]) -> Optional[float]:
+        # A KV cache sized in bytes (kv_cache.memory_gib_per_rank renders --kv-cache-memory-bytes) makes vLLM
+        # ignore gpu-memory-utilization when it sizes its pool: the need is then weights + KV + overhead.
+        # (vLLM still refuses to start unless the node has gpu-memory-utilization of its memory free.)
+        args = recipe.get("engine_args")
+        args = args if isinstance(args, Mapping) else {}
+        kv = recipe.get("kv_cache")
+        if isinstance(kv, Mapping) and kv.get("memory_gib_per_rank") is not None:
+            return None
+        if engine_arg(args, "kv-cache-memory-bytes") is not None:
+            return None
+        return fraction_arg(args, self.memory_fraction_flag, self.default_memory_fraction)
+
+    def kv_cache_gib(self, recipe: Mapping[str, Any]) -> Optional[float]:
+        stated = super().kv_cache_gib(recipe)
+        if stated is not None:
+            return stated
+        args = recipe.get("engine_args")
+        size = _bytes_value(engine_arg(args, "kv-cache-memory-bytes")) if isinstance(args, Mapping) else None
+        return None if size is None else size / GIB
 
 
 ENGINE = VLLM()

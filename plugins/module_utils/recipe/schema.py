@@ -458,6 +458,16 @@ RECIPE_SPEC: Dict[str, Any] = {
                     "min": 0,
                     "description": "MemAvailable needed on a node before its rank loads.",
                 },
+                "budget_gib": {
+                    "type": "number",
+                    "min": 0.001,
+                    "description": "The memory this deployment takes on each node it runs on, in GiB "
+                                   "(weights, KV cache and the engine's own). Placing several deployments on the "
+                                   "nodes uses it instead of the estimate from the engine's memory fraction "
+                                   "(vLLM `gpu-memory-utilization`, SGLang `mem-fraction-static`) or from the "
+                                   "weights' size on the hub; state it when the estimate is wrong, or when the "
+                                   "hub cannot be reached from the controller.",
+                },
                 "guard": {
                     "type": "dict",
                     "default": {},
