@@ -80,7 +80,7 @@ options:
 EXAMPLES = r"""
 __engine_layout: >-
   {{ engine_recipe | sparkserve.deploy.engine_layout(engine_ranks, engine_adapter, engine_deployment, dirs,
-     host_of_rank, groups['sparks'], sparkserve_head, head_address, 'root', engine_gpus,
+     host_of_rank, sparkserve_deployment_hosts, sparkserve_head, head_address, 'root', engine_gpus,
      sparkserve_loopback_hosts, sparkserve_wildcard_hosts) }}
 """
 

@@ -43,10 +43,68 @@ options:
     required: true
     choices: [sparkserve.deploy.spark_cluster]
   recipe:
-    description: Name of the recipe the cluster serves (a file of C(recipes/)); set as C(sparkserve_recipe) on
-      every host.
+    description:
+      - Name of the recipe the cluster serves (a file of C(recipes/)) on every node, the head first; set as
+        C(sparkserve_recipe) on every host.
+      - The shorthand for one deployment; give O(deployments) instead to serve several. One of the two is
+        required.
     type: str
-    required: true
+  deployments:
+    description:
+      - The deployments the Sparks serve, each a recipe and where it runs. Each deployment's memory need per node
+        is estimated from its recipe and the deployments are placed on the nodes by memory before any host is
+        contacted; an inventory that does not fit is refused with a table (node, each deployment's GiB, total,
+        budget). C(render.yml) shows the placement.
+      - With one deployment the hosts are the nodes; with several, each rank is a host named
+        C(DEPLOYMENT@NODE), in group C(deployment_DEPLOYMENT) (C(-) and C(.) as C(_)); group C(nodes) holds one
+        host per node.
+    type: list
+    elements: dict
+    suboptions:
+      name:
+        description: The deployment's name (containers, units, records); by default the recipe's. Give one to run
+          the same recipe twice.
+        type: str
+      recipe:
+        description: The recipe it serves (a file of C(recipes/)).
+        type: str
+        required: true
+      nodes:
+        description: The nodes it runs on, its head first. Left out, it is placed automatically on
+          O(deployments[].count) nodes.
+        type: list
+        elements: str
+      count:
+        description: How many nodes an automatically placed deployment runs on; by default what the recipe's
+          parallel sizes ask (tensor x pipeline / GPUs per node). Placement is deterministic, on the nodes with
+          the fewest deployments, then the most free memory budget, then file order.
+        type: int
+      priority:
+        description: When a node's memory runs out, the memory guard acts on the deployment of the lowest
+          priority first (C(sparkserve_deployment_priority)).
+        type: int
+        default: 0
+      state:
+        description: C(absent) stops the deployment on every node and removes its supervisor, guard and metrics.
+        type: str
+        choices: [present, absent]
+        default: present
+      api_port:
+        description: The API port, instead of the recipe's; left out of both, a free one is assigned from 8000 up
+          (C(sparkserve_api_port)). Two deployments may not share a port on a node.
+        type: int
+      master_port:
+        description: The rendezvous port, instead of the recipe's; left out of both, a free one is assigned from
+          29501 up (C(sparkserve_master_port)).
+        type: int
+  memory_reserve_gib:
+    description: Memory each node keeps for the system beyond the guard's floor; a node's budget for the
+      deployments is its memory less the guard's floor and this reserve.
+    type: float
+    default: 2
+  recipes_dir:
+    description: Where the recipes are read for placement; by default the project's C(recipes/).
+    type: path
   user:
     description: Account Ansible logs in with on every node (C(ansible_user)); a node's O(nodes[].vars) may override it.
     type: str
@@ -56,9 +114,10 @@ options:
       - When given, every management address must be inside it and no fabric address or twin subnet may touch it.
     type: str
   fabric:
-    description: The fabric joining the Sparks.
+    description:
+      - The fabric joining the Sparks. Needed only when a deployment runs on more than one node; without it no
+        fabric variable is set and the fabric stage has nothing to do (one Spark, or one deployment per Spark).
     type: dict
-    required: true
     suboptions:
       mtu:
         description: MTU of the fabric interfaces, 1280 to 9216 (C(sparkserve_fabric_mtu)).
@@ -103,9 +162,15 @@ options:
         type: str
         required: true
       head:
-        description: This node is the head (rank 0). At most one node; without any, the first node is the head.
+        description: This node is the head (rank 0) of the O(recipe) shorthand's deployment. At most one node;
+          without any, the first node is the head.
         type: bool
         default: false
+      memory_gib:
+        description: The node's usable memory in GiB, for placement (C(sparkserve_node_memory_gib)); preflight
+          checks the node has it.
+        type: float
+        default: 121
       fabric_ips:
         description: The node's fabric addresses, one per twin in twin order; replace the computed ones.
         type: list
@@ -165,11 +230,23 @@ from ansible_collections.sparkserve.deploy.plugins.module_utils.cluster import (
     Cluster,
     Node,
     Twin,
-    cluster_groups,
     cluster_hostvars,
     validate_cluster,
 )
+from ansible_collections.sparkserve.deploy.plugins.module_utils.fleet.deployments import (
+    RECIPE_MISSING,
+    Deployment,
+    read_deployments,
+)
 from ansible_collections.sparkserve.deploy.plugins.plugin_utils.cluster_file_lines import field_lines, locate
+from ansible_collections.sparkserve.deploy.plugins.plugin_utils.fleet_layout import (
+    DEFAULT_NODE_MEMORY_GIB,
+    DEFAULT_SYSTEM_RESERVE_GIB,
+    Layout,
+    lay_out,
+    read_recipe,
+    recipe_nodes,
+)
 from ansible_collections.sparkserve.deploy.plugins.plugin_utils.inventory_refusal import guard_speaks, leave
 
 try:
@@ -177,16 +254,22 @@ try:
 except ImportError:  # reported in parse(), where it matters
     netaddr = None
 
-TOP_KEYS = ("plugin", "recipe", "user", "management_subnet", "fabric", "nodes", "vars")
+TOP_KEYS = ("plugin", "recipe", "deployments", "user", "management_subnet", "fabric", "nodes", "vars",
+            "memory_reserve_gib", "recipes_dir")
 FABRIC_KEYS = ("mtu", "rdma_sysfs_root", "twins")
 TWIN_KEYS = ("interface", "rdma_device", "subnet")
-NODE_KEYS = ("name", "address", "head", "fabric_ips", "vars")
+NODE_KEYS = ("name", "address", "head", "fabric_ips", "memory_gib", "vars")
 REQUIRED = {
-    "recipe": "name the recipe the cluster serves (recipe: glm53-fp4local-mtp-tp2).",
-    "fabric": "describe the fabric (fabric: {mtu: 9000, twins: [{interface: ..., rdma_device: ..., subnet: ...}]}).",
     "nodes": "list the Sparks (nodes: [{name: spark-a, address: 192.168.1.21}]).",
 }
-COMPUTED_VARS = frozenset(CONTRACT_VARS) | {"sparkserve_recipe"}
+FABRIC_FIX = "describe the fabric (fabric: {mtu: 9000, twins: [{interface: ..., rdma_device: ..., subnet: ...}]})"
+COMPUTED_VARS = frozenset(CONTRACT_VARS) | {
+    "sparkserve_recipe", "sparkserve_deployment", "sparkserve_deployment_hosts", "sparkserve_deployment_priority",
+    "sparkserve_node", "sparkserve_api_port", "sparkserve_master_port", "sparkserve_memory_need_gib",
+    "sparkserve_node_memory_gib"}
+# The project's recipes, beside plugins/ (the collection's plugins folder is the project's).
+PROJECT_RECIPES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__)))),
+                               "recipes")
 DEFAULT_MTU = 9000
 PREFIX = "inventory: "
 # Ansible's own default source, absent on most controllers and never an error (InventoryManager.parse_source).
@@ -245,8 +328,11 @@ class InventoryModule(BaseInventoryPlugin):
         problems: list[str] = []
         if isinstance(raw, Mapping):
             problems += _unknown(raw, TOP_KEYS, "the top level")
+            if raw.get("recipe") is None and raw.get("deployments") is None:
+                problems.append(f"{PREFIX}{RECIPE_MISSING}")
             problems += [f"{PREFIX}{key} is missing; {REQUIRED[key]}" for key in REQUIRED if raw.get(key) is None]
-            if any(raw.get(key) is None for key in REQUIRED):
+            if any(raw.get(key) is None for key in REQUIRED) or (raw.get("recipe") is None
+                                                                 and raw.get("deployments") is None):
                 return _report(path, problems)
         try:
             self._read_config_data(path)
@@ -257,14 +343,64 @@ class InventoryModule(BaseInventoryPlugin):
         extra = _host_vars(self.get_option("vars"), "vars", problems)
         cluster, node_vars, unnamed = self._cluster(problems)
         misspelt = any("has unknown key" in problem for problem in problems)
+        deployments: list[Deployment] = []
         if cluster is not None and not misspelt:  # a misspelt key's follow-on problems would bury it
+            head = next((node.name for node in cluster.nodes if node.head), None)
+            deployments, found = read_deployments(self.get_option("deployments"), self.get_option("recipe"),
+                                                   [node.name for node in cluster.nodes], head)
+            problems += found
+            spread = [d.name for d in deployments if d.state == "present" and self._node_count(d) > 1]
+            if not cluster.fabric and spread:
+                problems.append(f"{PREFIX}fabric is missing; {', '.join(spread)} "
+                                f"run{'s' if len(spread) == 1 else ''} on more than one node, which needs the "
+                                f"fabric: {FABRIC_FIX}. A deployment on one node needs none.")
             # A node without a name was reported as such; its stand-in name (nodes[N]) is not one to rename.
             problems += [problem for problem in validate_cluster(cluster)
                          if not any(problem.startswith(f"{PREFIX}node name {name!r}") for name in unnamed)]
         if problems or cluster is None:  # a cluster of None always comes with its problems
             return _report(path, problems)
-        self._populate(cluster, extra, node_vars)
+        layout = self._lay_out(cluster, deployments, extra, node_vars, problems)
+        if problems:
+            return _report(path, problems)
+        self._populate(layout, extra, node_vars)
         return None
+
+    def _recipes_dir(self) -> str:
+        return self.get_option("recipes_dir") or PROJECT_RECIPES
+
+    def _node_count(self, deployment: Deployment) -> int:
+        if deployment.nodes:
+            return len(deployment.nodes)
+        return deployment.count or recipe_nodes(read_recipe(self._recipes_dir(), deployment.recipe))
+
+    def _lay_out(self, cluster: Cluster, deployments: list[Deployment], extra: dict, node_vars: dict[str, dict],
+                 problems: list[str]) -> Layout:
+        """Place the deployments on the nodes by memory and make each rank's host."""
+        memory: dict[str, float] = {}
+        for node in cluster.nodes:
+            value = node_vars[node.name].pop("__memory_gib", DEFAULT_NODE_MEMORY_GIB)
+            memory[node.name] = float(value)
+        reserve = self.get_option("memory_reserve_gib")
+        hostvars = cluster_hostvars(cluster)
+        for node in cluster.nodes:
+            hostvars[node.name]["sparkserve_node_memory_gib"] = memory[node.name]
+
+        def template(value: Any) -> Any:
+            if isinstance(value, str) and "{{" in value:
+                try:
+                    self.templar.available_variables = dict(extra)
+                    return self.templar.template(value)
+                except AnsibleError:
+                    return None
+            return value
+
+        layout = lay_out(deployments, [(node.name, hostvars[node.name]) for node in cluster.nodes], memory,
+                         DEFAULT_SYSTEM_RESERVE_GIB if reserve is None else float(reserve), self._recipes_dir(),
+                         extra, template)
+        problems += layout.problems
+        for warning in layout.warnings:
+            self.display.warning(f"{self.get_option('plugin')}: {warning}")
+        return layout
 
     # --- reading the file ---
 
@@ -272,7 +408,12 @@ class InventoryModule(BaseInventoryPlugin):
         """The cluster the file describes (None where its shape is too broken to check the rules), each node's
         extra variables, and the stand-in names of the nodes without one."""
         fabric = self.get_option("fabric")
-        twins = _twins(fabric, problems)
+        has_fabric = fabric is not None
+        if fabric is not None and not isinstance(fabric, Mapping):
+            problems.append(f"{PREFIX}fabric is {fabric!r}; {FABRIC_FIX}.")
+            return None, {}, set()
+        fabric = fabric or {}
+        twins = _twins(fabric, problems) if has_fabric else []
         nodes_in = self.get_option("nodes")
         if not isinstance(nodes_in, list):
             problems.append(f"{PREFIX}nodes is {nodes_in!r}; list the Sparks, each with name and address.")
@@ -308,36 +449,44 @@ class InventoryModule(BaseInventoryPlugin):
                 rank, worker_rank = worker_rank, worker_rank + 1
             address = entry.get("address")  # a missing one is reported by validate_cluster as empty
             node_vars[name] = _host_vars(entry.get("vars"), f"{name}: vars", problems)
+            memory_gib = entry.get("memory_gib", DEFAULT_NODE_MEMORY_GIB)
+            if isinstance(memory_gib, bool) or not isinstance(memory_gib, (int, float)) or memory_gib <= 0:
+                problems.append(f"{PREFIX}{name}: memory_gib is {memory_gib!r}; write the node's usable memory in "
+                                f"GiB (a Spark has about {DEFAULT_NODE_MEMORY_GIB:g}).")
+                memory_gib = DEFAULT_NODE_MEMORY_GIB
+            node_vars[name]["__memory_gib"] = memory_gib
+            if "fabric_ips" in entry and not has_fabric:
+                problems.append(f"{PREFIX}{name}: fabric_ips is set but the file has no fabric; {FABRIC_FIX}, or "
+                                "remove fabric_ips.")
             nodes.append(Node(name=name, address="" if address is None else str(address), rank=rank,
-                              fabric_ips=_fabric_ips(entry, index, name, twins, problems), head=head))
+                              fabric_ips=_fabric_ips(entry, index, name, twins, problems) if has_fabric else [],
+                              head=head))
         cluster = Cluster(nodes=nodes, twins=twins, mtu=fabric.get("mtu", DEFAULT_MTU),
                           management_subnet=self.get_option("management_subnet"),
-                          rdma_sysfs_root=fabric.get("rdma_sysfs_root", DEFAULT_RDMA_SYSFS_ROOT))
+                          rdma_sysfs_root=fabric.get("rdma_sysfs_root", DEFAULT_RDMA_SYSFS_ROOT), fabric=has_fabric)
         return cluster, node_vars, unnamed
 
     # --- writing the inventory ---
 
-    def _populate(self, cluster: Cluster, extra: dict, node_vars: dict[str, dict]) -> None:
-        groups = cluster_groups(cluster)
-        for group in groups:
+    def _populate(self, layout: Layout, extra: dict, node_vars: dict[str, dict]) -> None:
+        for group in layout.groups:
             self.inventory.add_group(group)
-        for child in (g for g in groups if g != "sparks"):
+        for child in ("head", "workers"):
             self.inventory.add_child("sparks", child)
-        hostvars = cluster_hostvars(cluster)
-        recipe = self.get_option("recipe")
         user = self.get_option("user")
-        for group, names in groups.items():
-            for name in names:
-                self.inventory.add_host(name, group=group)
-        for name in groups["sparks"]:
+        for group, hosts in layout.groups.items():
+            for host in hosts:
+                self.inventory.add_host(host, group=group)
+        for host, host_vars in layout.hosts.items():
             variables: dict[str, Any] = dict(extra)
             if user is not None:
                 variables["ansible_user"] = user
-            variables["sparkserve_recipe"] = recipe
-            variables.update(hostvars[name])
-            variables.update(node_vars.get(name, {}))
+            variables.update(host_vars)
+            variables.update(node_vars.get(host_vars["sparkserve_node"], {}))
             for key, value in variables.items():
-                self.inventory.set_variable(name, key, value)
+                self.inventory.set_variable(host, key, value)
+        if layout.table:
+            self.inventory.set_variable("all", "sparkserve_placement_table", layout.table)
 
 
 def _missing(path: str) -> bool:

@@ -64,6 +64,8 @@ _CLUSTER_WIDE = (
     "sparkserve_head_fabric_ip",
 )
 
+_FABRIC_VARS = ("sparkserve_fabric_mtu", "sparkserve_fabric_interfaces", "sparkserve_rdma_devices",
+                "sparkserve_fabric_subnets", "sparkserve_fabric_ips", "sparkserve_fabric_ip")
 _PREFIX = "inventory: "
 # A node's inventory name: one word that ssh config, shells and container names all take as it is.
 _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -101,6 +103,8 @@ class Cluster:
     mtu: int
     management_subnet: str | None
     rdma_sysfs_root: str
+    # False for Sparks with no fabric between them (every deployment on one node): no twin is checked.
+    fabric: bool = True
 
 
 # --- validation ---------------------------------------------------------------
@@ -112,10 +116,11 @@ def validate_cluster(cluster: Cluster) -> list[str]:
     Each message names the field, the bad value and the fix.
     """
     problems: list[str] = []
-    _check_mtu(cluster.mtu, problems)
-    _check_sysfs_root(cluster.rdma_sysfs_root, problems)
+    if cluster.fabric:
+        _check_mtu(cluster.mtu, problems)
+        _check_sysfs_root(cluster.rdma_sysfs_root, problems)
     management = _check_management_subnet(cluster.management_subnet, problems)
-    subnets = _check_twins(cluster.twins, management, problems)
+    subnets = _check_twins(cluster.twins, management, problems) if cluster.fabric else []
     _check_nodes(cluster, subnets, management, problems)
     return problems
 
@@ -259,7 +264,8 @@ def _check_nodes(cluster: Cluster, subnets: list[IPNetwork | None], management: 
     _check_ranks(nodes, problems)
     _check_heads(nodes, problems)
     _check_management_addresses(nodes, management, problems)
-    _check_fabric_addresses(cluster, subnets, management, problems)
+    if cluster.fabric:
+        _check_fabric_addresses(cluster, subnets, management, problems)
 
 
 def _check_names(nodes: list[Node], problems: list[str]) -> None:
@@ -435,6 +441,8 @@ def cluster_hostvars(cluster: Cluster) -> dict[str, dict]:
         "sparkserve_fabric_subnets": [twin.subnet for twin in cluster.twins],
         "sparkserve_rdma_sysfs_root": cluster.rdma_sysfs_root,
     }
+    if not cluster.fabric:  # no fabric: none of its variables, so the fabric stage has nothing to do
+        shared = {"sparkserve_world_size": len(cluster.nodes), "sparkserve_head_fabric_ip": None}
     if cluster.management_subnet is not None:
         shared["sparkserve_management_subnet"] = cluster.management_subnet
     result: dict[str, dict] = {}
@@ -442,9 +450,10 @@ def cluster_hostvars(cluster: Cluster) -> dict[str, dict]:
         hostvars: dict[str, Any] = {
             "ansible_host": node.address,
             "sparkserve_rank": node.rank,
-            "sparkserve_fabric_ip": node.fabric_ips[0] if node.fabric_ips else None,
-            "sparkserve_fabric_ips": list(node.fabric_ips),
         }
+        if cluster.fabric:
+            hostvars["sparkserve_fabric_ip"] = node.fabric_ips[0] if node.fabric_ips else None
+            hostvars["sparkserve_fabric_ips"] = list(node.fabric_ips)
         for key, value in shared.items():
             hostvars[key] = list(value) if isinstance(value, list) else value
         result[node.name] = hostvars
@@ -498,6 +507,8 @@ def cluster_from_hostvars(names: list[str], hostvars: dict, head_names: list[str
     def malformed(name: str, var: str, value: Any, what: str) -> None:
         problems.append(f"{_PREFIX}{name}: {var} is {value!r}; set it to {what}.")
 
+    # Sparks with no fabric (a deployment on one node): no host names a fabric variable.
+    fabric = len(names) > 1 or any(var in variables for _, variables in present for var in _FABRIC_VARS)
     required_wide = {
         "sparkserve_fabric_mtu": "the fabric MTU, a whole number (9000)",
         "sparkserve_fabric_interfaces": "the list of the twins' interfaces ([enp1s0f1np1, enP2p1s0f1np1])",
@@ -508,6 +519,9 @@ def cluster_from_hostvars(names: list[str], hostvars: dict, head_names: list[str
     }
     wide: dict[str, Any] = {}
     wide_from: dict[str, str] = {}
+    if not fabric:
+        for var in _FABRIC_VARS + ("sparkserve_head_fabric_ip",):
+            required_wide.pop(var, None)
     for name, variables in present:
         for var in _CLUSTER_WIDE:
             if var not in variables:
@@ -562,7 +576,9 @@ def cluster_from_hostvars(names: list[str], hostvars: dict, head_names: list[str
             if rank is None:
                 malformed(name, "sparkserve_rank", variables["sparkserve_rank"], "the node's rank, a whole number")
         fabric_ips: list[str] = []
-        if "sparkserve_fabric_ips" not in variables:
+        if not fabric:
+            pass
+        elif "sparkserve_fabric_ips" not in variables:
             missing(name, "sparkserve_fabric_ips", "the node's fabric addresses, one per twin")
         else:
             value = _as_str_list(variables["sparkserve_fabric_ips"])
@@ -571,15 +587,18 @@ def cluster_from_hostvars(names: list[str], hostvars: dict, head_names: list[str
                           "a list of the node's fabric addresses, one per twin")
             else:
                 fabric_ips = value
-        if "sparkserve_fabric_ip" not in variables:
+        if not fabric:
+            pass
+        elif "sparkserve_fabric_ip" not in variables:
             missing(name, "sparkserve_fabric_ip",
                     "the node's twin 1 fabric address (the first of sparkserve_fabric_ips)")
         elif fabric_ips and variables["sparkserve_fabric_ip"] != fabric_ips[0]:
             malformed(name, "sparkserve_fabric_ip", variables["sparkserve_fabric_ip"],
                       f"{fabric_ips[0]}, the first of sparkserve_fabric_ips")
         address = variables.get("ansible_host", name)
-        nodes.append(Node(name=name, address=str(address), rank=rank, fabric_ips=fabric_ips,
-                          head=name in head_names))
+        # A deployment's rank on a node (DEPLOYMENT@NODE, with several deployments) is checked as its node.
+        nodes.append(Node(name=str(variables.get("sparkserve_node") or name), address=str(address), rank=rank,
+                          fabric_ips=fabric_ips, head=name in head_names))
 
     world_size = wide.get("sparkserve_world_size")
     if world_size is not None and _as_int(world_size) != len(names):
@@ -593,6 +612,9 @@ def cluster_from_hostvars(names: list[str], hostvars: dict, head_names: list[str
 
     if problems:
         raise ValueError("\n".join(problems))
+    if not fabric:
+        return Cluster(nodes=nodes, twins=[], mtu=mtu, management_subnet=management_subnet,
+                       rdma_sysfs_root=str(sysfs_root), fabric=False)
     twins = [Twin(interface=interface, rdma_device=device, subnet=subnet) for interface, device, subnet in zip(
         lists["sparkserve_fabric_interfaces"], lists["sparkserve_rdma_devices"], lists["sparkserve_fabric_subnets"],
         strict=True)]

@@ -42,9 +42,9 @@ author:
 EXAMPLES = r"""
 - name: Validate the inventory's cluster
   sparkserve.deploy.cluster_check:
-    hosts: "{{ groups['sparks'] }}"
-    head: "{{ groups['head'] | default([]) }}"
-    hostvars: "{{ dict(groups['sparks'] | zip(groups['sparks'] | map('extract', hostvars))) }}"
+    hosts: "{{ sparkserve_deployment_hosts }}"
+    head: "{{ groups['head'] | default([]) | intersect(sparkserve_deployment_hosts) }}"
+    hostvars: "{{ dict(sparkserve_deployment_hosts | zip(sparkserve_deployment_hosts | map('extract', hostvars))) }}"
     sources: "{{ ansible_inventory_sources }}"
   delegate_to: localhost
   run_once: true

@@ -52,9 +52,8 @@ options:
         type: int
         required: true
       head_fabric_ip:
-        description: The head's fabric address, where the ranks meet.
+        description: The head's fabric address, where the ranks meet; a deployment on one node needs none.
         type: str
-        required: true
   hf_token_present:
     description: Whether a Hugging Face token is configured (C(weights_hf_token) or C(HF_TOKEN)).
     type: bool
@@ -65,6 +64,12 @@ options:
         C(overlays_from), C(model.file_overrides[].sha256_from), ...), by variable name.
       - A named variable missing here is an error, reported with what to set it to and where to find it (the
         recipe's C(supply)); every missing one is reported at once.
+    type: dict
+    default: {}
+  ports:
+    description:
+      - The deployment's ports where the inventory sets them (C(api_port), C(master_port)); they replace the
+        recipe's C(launch) values, as the inventory plugin assigned them for deployments that share a node.
     type: dict
     default: {}
   recipe_dir:
@@ -198,11 +203,12 @@ ARGUMENT_SPEC: Dict[str, Any] = {
         "required": True,
         "options": {
             "rank": {"type": "int", "required": True},
-            "head_fabric_ip": {"type": "str", "required": True},
+            "head_fabric_ip": {"type": "str"},
         },
     },
     "hf_token_present": {"type": "bool", "default": False},
     "variables": {"type": "dict", "default": {}},
+    "ports": {"type": "dict", "default": {}},
     "recipe_dir": {"type": "path"},
 }
 
@@ -225,6 +231,10 @@ def run(params: Dict[str, Any]) -> Dict[str, Any]:
         if errors:
             return _failed(errors)
 
+    ports = {key: value for key, value in params["ports"].items() if value is not None}
+    if ports and isinstance(data, dict):
+        launch = data.get("launch")
+        data = dict(data, launch=dict(launch if isinstance(launch, dict) else {}, **ports))
     recipe, errors = validate_recipe(data, name, variables=params["variables"], recipes_dir=params["recipe_dir"])
     errors += validate_for_cluster(recipe, name, world_size, params["hf_token_present"])
     seen = set()
@@ -242,7 +252,7 @@ def run(params: Dict[str, Any]) -> Dict[str, Any]:
     rendered = []
     for entry in params["ranks"]:
         try:
-            one = render_rank(recipe, params["deployment"], entry["rank"], world_size, entry["head_fabric_ip"])
+            one = render_rank(recipe, params["deployment"], entry["rank"], world_size, entry["head_fabric_ip"] or "")
         except ValueError as exc:
             errors.append("recipe %s: rank %d: %s." % (name, entry["rank"], exc))
             continue

@@ -45,13 +45,15 @@ def from_variables(node: Any) -> set[str]:
     return set()
 
 
-def recipe_and_variables(inventory: Path) -> tuple[str, set[str]]:
-    """The recipe an example names, and the variables it sets for every node."""
+def recipes_and_variables(inventory: Path) -> tuple[list[str], set[str]]:
+    """The recipes an example serves (its recipe, or each deployment's), and the variables it sets for every node."""
     data = yaml.safe_load(inventory.read_text(encoding="utf-8"))
     if "plugin" in data:
-        return data["recipe"], set(data.get("vars") or {})
+        recipes = [data["recipe"]] if "recipe" in data else [
+            entry["recipe"] for entry in data["deployments"] if entry.get("state", "present") == "present"]
+        return recipes, set(data.get("vars") or {})
     variables = data["sparks"]["vars"]
-    return variables["sparkserve_recipe"], set(variables)
+    return [variables["sparkserve_recipe"]], set(variables)
 
 
 def test_every_example_is_tried() -> None:
@@ -62,10 +64,13 @@ def test_every_example_is_tried() -> None:
 def test_example_renders_or_lists_only_what_its_user_supplies(inventory: Path) -> None:
     done = render(inventory)
     out = done.stdout + done.stderr
-    recipe, given = recipe_and_variables(inventory)
+    recipes, given = recipes_and_variables(inventory)
+    recipe = recipes[0]
     wanted = from_variables(yaml.safe_load((ROOT / "recipes" / f"{recipe}.yml").read_text(encoding="utf-8"))) - given
     if done.returncode == 0:
-        assert "--node-rank" in done.stdout, out
+        # Every deployment's head shows its container and command line.
+        assert len(re.findall(r"rank 0 on \S+: container \S+-rank0", done.stdout)) == len(recipes), out
+        assert "command: vllm serve" in done.stdout or "command: python3 -m sglang" in done.stdout, out
         return
     assert "is undefined" not in out and "Traceback" not in out, out
     errors = re.findall(r"^\[ERROR\]: Task failed: Action failed: (.*?)\nOrigin: .*?roles/recipe/tasks/render.yml",

@@ -169,7 +169,7 @@ def test_documentation_is_valid_yaml_and_matches_the_arguments() -> None:
     doc = yaml.safe_load(recipe_render.DOCUMENTATION)
     assert doc["module"] == "recipe_render"
     assert set(doc["options"]) == {"recipe", "name", "deployment", "world_size", "ranks", "hf_token_present",
-                                   "variables", "recipe_dir"}
+                                   "variables", "ports", "recipe_dir"}
     assert set(doc["options"]["ranks"]["suboptions"]) == {"rank", "head_fabric_ip"}
 
     def descriptions(options: dict[str, Any]) -> None:

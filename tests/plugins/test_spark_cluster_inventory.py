@@ -28,7 +28,8 @@ EXAMPLES = REPO / "inventory/example"
 PLUGIN = "sparkserve.deploy.spark_cluster"
 # The inventory plugins ansible.cfg enables, in its order.
 PROJECT_PLUGINS = f"{PLUGIN},ansible.builtin.yaml,ansible.builtin.ini,ansible.builtin.host_list"
-TOP_KEYS = {"plugin", "recipe", "user", "management_subnet", "fabric", "nodes", "vars"}
+TOP_KEYS = {"plugin", "recipe", "deployments", "user", "management_subnet", "fabric", "nodes", "vars",
+            "memory_reserve_gib", "recipes_dir"}
 
 TWINS = textwrap.dedent("""\
     fabric:
@@ -374,17 +375,19 @@ def test_unknown_keys_are_errors(tmp_path: Path) -> None:
         """)
     assert problems(tmp_path, path) == [
         "line 3: the top level has unknown key 'colour'; "
-        "the keys are plugin, recipe, user, management_subnet, fabric, nodes, vars.",
+        "the keys are plugin, recipe, deployments, user, management_subnet, fabric, nodes, vars, memory_reserve_gib, "
+        "recipes_dir.",
         "line 5: fabric has unknown key 'speed'; the keys are mtu, rdma_sysfs_root, twins.",
         "line 7: fabric.twins[0] has unknown key 'vlan'; the keys are interface, rdma_device, subnet.",
-        "line 9: nodes[0] has unknown key 'rank'; the keys are name, address, head, fabric_ips, vars.",
+        "line 9: nodes[0] has unknown key 'rank'; the keys are name, address, head, fabric_ips, memory_gib, vars.",
     ]
 
 
 def test_missing_required_keys_are_listed_together(tmp_path: Path) -> None:
     path = write(tmp_path, f"plugin: {PLUGIN}\nfabric: {{twins: []}}\n")
     assert problems(tmp_path, path) == [
-        "recipe is missing; name the recipe the cluster serves (recipe: glm53-fp4local-mtp-tp2).",
+        "recipe is missing; name the recipe the cluster serves (recipe: glm53-fp4local-mtp-tp2), or list the "
+        "deployments (deployments: [{recipe: ..., nodes: [spark-a]}]).",
         "nodes is missing; list the Sparks (nodes: [{name: spark-a, address: 192.168.1.21}]).",
     ]
 

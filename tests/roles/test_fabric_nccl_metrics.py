@@ -36,7 +36,7 @@ PLAY = """
 def run_play(tmp_path: Path, probe_log: Path) -> subprocess.CompletedProcess[str]:
     python = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
     (tmp_path / "inventory.yml").write_text(json.dumps({"all": {"children": {"sparks": {"hosts": {"node": {
-        "ansible_connection": "local", "ansible_python_interpreter": python, "sparkserve_head": "node",
+        "ansible_connection": "local", "ansible_python_interpreter": python, "__fabric_head": "node",
         "fabric_metrics_dir": str(tmp_path / "metrics"), "fabric_deployment": "glm53",
         "probe_log": str(probe_log)}}}}}}), encoding="utf-8")
     (tmp_path / "play.yml").write_text(

@@ -75,12 +75,13 @@ class SGLang(Engine):
 
     def launch_argv(self, recipe: Mapping[str, Any], rank: int, world_size: int, head_fabric_ip: str) -> List[str]:
         model, parallel, launch = recipe["model"], recipe["parallel"], recipe["launch"]
-        host = "[%s]" % head_fabric_ip if ":" in head_fabric_ip else head_fabric_ip
         argv = ["python3", "-m", "sglang.launch_server", "--model-path", model["path_in_container"],
                 "--served-model-name", model["served_name"],
-                "--tp-size", str(parallel["tensor"]), "--pp-size", str(parallel["pipeline"]),
-                "--nnodes", str(world_size), "--node-rank", str(rank),
-                "--dist-init-addr", "%s:%d" % (host, launch["master_port"])]
+                "--tp-size", str(parallel["tensor"]), "--pp-size", str(parallel["pipeline"])]
+        if world_size > 1:  # one node needs no rendezvous
+            host = "[%s]" % head_fabric_ip if ":" in head_fabric_ip else head_fabric_ip
+            argv += ["--nnodes", str(world_size), "--node-rank", str(rank),
+                     "--dist-init-addr", "%s:%d" % (host, launch["master_port"])]
         if rank == 0:
             argv += ["--host", launch["api_host"], "--port", str(launch["api_port"])]
         return argv

@@ -99,9 +99,10 @@ class VLLM(Engine):
         model, parallel, launch = recipe["model"], recipe["parallel"], recipe["launch"]
         argv = ["vllm", "serve", model["path_in_container"], "--served-model-name", model["served_name"],
                 "--tensor-parallel-size", str(parallel["tensor"]),
-                "--pipeline-parallel-size", str(parallel["pipeline"]),
-                "--nnodes", str(world_size), "--node-rank", str(rank),
-                "--master-addr", head_fabric_ip, "--master-port", str(launch["master_port"])]
+                "--pipeline-parallel-size", str(parallel["pipeline"])]
+        if world_size > 1:  # one node needs no rendezvous
+            argv += ["--nnodes", str(world_size), "--node-rank", str(rank),
+                     "--master-addr", head_fabric_ip, "--master-port", str(launch["master_port"])]
         if rank == 0:
             return argv + ["--host", launch["api_host"], "--port", str(launch["api_port"])]
         return argv + ["--headless"]

@@ -50,7 +50,7 @@ def render_rank(recipe: Dict[str, Any], deployment: str, rank: int, world_size: 
     if not isinstance(deployment, str) or not _CONTAINER_NAME.match(deployment):
         raise ValueError("deployment is %s; use letters, digits, _ . and -, starting with a letter or digit"
                          % show(deployment))
-    if not head_fabric_ip:
+    if not head_fabric_ip and world_size > 1:
         raise ValueError("head_fabric_ip is empty; give the head's fabric address")
 
     engine = adapter_of(recipe)
