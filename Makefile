@@ -13,7 +13,7 @@ TIMED := python3 tools/timetable.py run
 PYTEST_WORKERS ?= auto
 
 .PHONY: demo test check setup lab lab-destroy site docs pytest lint lint-yaml lint-ansible lint-python lint-prometheus \
-	lint-sanity molecule molecule-default molecule-supervisor molecule-faults molecule-cluster4
+	lint-sanity molecule molecule-default molecule-supervisor molecule-faults molecule-fleet molecule-cluster4
 
 ## demo: set this machine up, bring up a 2-node lab, bring the deployment up
 ## on it with the sparkserve command (site.yml through ansible-runner, shown
@@ -102,7 +102,8 @@ lint-prometheus:
 
 ## molecule: two labs at once, on the two cores. On one, default destroys what
 ## an earlier run left and creates the 2-node lab, supervisor runs the
-## supervisor's faults on it, and cluster4 grows it to 4 nodes and destroys it
+## supervisor's faults on it, fleet serves two deployments on it and then
+## one on a one-node lab, and cluster4 grows it to 4 nodes and destroys it
 ## at the end; beside it, the faults scenario brings up
 ## its own 2-node lab (molecule/faults/vars/lab.yml) and destroys it at the
 ## end. The images both labs use are built first, once. The faults' output is
@@ -110,7 +111,7 @@ lint-prometheus:
 molecule:
 	@$(TIMED) "lab images" -- ansible-playbook playbooks/lab.yml --tags lab-images
 	@$(MAKE) --no-print-directory molecule-faults >.cache/faults.log 2>&1 & faults=$$!; \
-	$(MAKE) --no-print-directory molecule-default molecule-supervisor molecule-cluster4; lab=$$?; \
+	$(MAKE) --no-print-directory molecule-default molecule-supervisor molecule-fleet molecule-cluster4; lab=$$?; \
 	wait $$faults; faulty=$$?; \
 	echo "--- the faults scenario (.cache/faults.log) ---"; cat .cache/faults.log; \
 	test $$lab -eq 0 -a $$faulty -eq 0
@@ -123,6 +124,12 @@ molecule-faults:
 
 molecule-supervisor:
 	@$(TIMED) "molecule supervisor" -- molecule test -s supervisor
+
+# Several deployments on the default lab, then a one-node lab (LAB_NODES=1);
+# its create must always rewrite the lab's cluster file, so its state is reset.
+molecule-fleet:
+	@molecule reset -s fleet >/dev/null 2>&1 || true
+	@$(TIMED) "molecule fleet" -- molecule test -s fleet
 
 # molecule skips a create its own state says was done; cluster4's create must
 # always grow the lab, so its state is reset first.
