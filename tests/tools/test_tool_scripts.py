@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
+import yaml
 
 from tests.scripts import load_script
 
@@ -33,3 +40,28 @@ def test_bench_uses_the_labs_first_twin_and_a_pinned_revision() -> None:
     assert len(bench.REVISION) == 40 and int(bench.REVISION, 16) >= 0
     args = bench.parse_args(["--rate-mbit", "200"])
     assert (args.rate_mbit, args.shards, args.shard_mib) == (200, 16, 8)
+
+
+fleet = load_script("tools/bench-fleet.py", "bench_fleet")
+
+
+def test_the_fleet_benchmark_inventories_place_three_deployments_on_two_nodes(tmp_path: Path) -> None:
+    cluster = {"plugin": "sparkserve.deploy.spark_cluster", "recipe": "lab-tp2", "user": "root",
+               "fabric": {"twins": [{"interface": "enp1s0f1np1", "rdma_device": "rocep1s0f1",
+                                     "subnet": "10.77.1.0/24"}]},
+               "nodes": [{"name": "spark-1", "address": "172.30.77.11"},
+                         {"name": "spark-2", "address": "172.30.77.12"}]}
+    three = fleet.write(tmp_path / "three", cluster, fleet.THREE)
+    done = subprocess.run([str(Path(sys.executable).with_name("ansible-inventory")), "-i", str(three), "--list"],
+                          cwd=fleet.ROOT, env=dict(os.environ, ANSIBLE_CONFIG=str(fleet.ROOT / "ansible.cfg")),
+                          capture_output=True, text=True, timeout=120, check=True)
+    inventory = json.loads(done.stdout)
+    assert inventory["deployment_lab_tp2"]["hosts"] == ["lab-tp2@spark-1", "lab-tp2@spark-2"]
+    assert inventory["deployment_lab_tp1_b"]["hosts"] == ["lab-tp1-b@spark-2"]
+    hostvars = inventory["_meta"]["hostvars"]
+    # lab-tp2 keeps its recipe's 8000 on both nodes; each lab-tp1 gets the next free port on its node.
+    assert "sparkserve_api_port" not in hostvars["lab-tp2@spark-1"]
+    assert hostvars["lab-tp1@spark-1"]["sparkserve_api_port"] == 8001
+    assert hostvars["lab-tp1-b@spark-2"]["sparkserve_api_port"] == 8001
+    written = yaml.safe_load((tmp_path / "three" / "cluster.sparks.yml").read_text(encoding="utf-8"))
+    assert "recipe" not in written and len(written["deployments"]) == 3
