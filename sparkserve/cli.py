@@ -18,6 +18,7 @@ from rich.console import Console
 
 from ansible_collections.sparkserve.deploy.plugins.module_utils import run_stats
 from sparkserve.ask import AskError, complete
+from sparkserve.deployments import Reader, read_inventory, scope
 from sparkserve.display import Display, JsonDisplay, LiveDisplay, PlainDisplay, QuietDisplay, duration
 from sparkserve.events import RunModel
 from sparkserve.project import PLAYBOOKS, ROOT, UsageError, keep_runs, resolve_inventory
@@ -34,7 +35,7 @@ from sparkserve.runner import (
     run_playbook,
     sigint_to,
 )
-from sparkserve.status import render_status
+from sparkserve.status import render_statuses, status_document
 from sparkserve.summary import (
     EXIT_BAD_INPUT,
     EXIT_CODES_HELP,
@@ -44,6 +45,7 @@ from sparkserve.summary import (
     classify,
     diagnose_lines,
     endpoint_lines,
+    endpoints,
     failure_lines,
     follow_argv,
     logs_lines,
@@ -53,9 +55,9 @@ from sparkserve.summary import (
 )
 
 VERBS = {
-    "up": "bring the deployment up: every stage of site.yml, from preflight to a serving endpoint",
-    "down": "stop the engine on every node (playbooks/stop.yml)",
-    "status": "show every rank, the API's readiness and each node's guard, flusher, fabric and weights",
+    "up": "bring the deployments up: every stage of site.yml, from preflight to a serving endpoint",
+    "down": "stop the engine on every node (playbooks/stop.yml): one deployment's (--deployment) or all (--all)",
+    "status": "show each deployment's ranks, the API's readiness and each node's guard, flusher, fabric and weights",
     "logs": "show each rank's last log lines; --follow keeps following one rank",
     "render": "print every rank's container command line and environment, touching no host",
     "check": "run the preflight checks only (playbooks/preflight.yml)",
@@ -76,6 +78,9 @@ def _common_options() -> argparse.ArgumentParser:
     group.add_argument("--tags", action="append", default=[], metavar="TAGS",
                        help="only run plays and tasks tagged with these (comma-separated; repeatable)")
     group.add_argument("--limit", metavar="SUBSET", help="limit the run to these hosts (ansible's --limit)")
+    group.add_argument("--deployment", action="append", default=[], metavar="NAME",
+                       help="act on this deployment of the inventory only (repeatable; default: every deployment, "
+                            "but logs, upgrade, rollback and bench act on one and down needs --all for several)")
     group.add_argument("-e", "--extra-vars", action="append", default=[], metavar="VARS",
                        help="extra variables, passed to ansible-playbook as given (repeatable)")
     group.add_argument("--vault-id", action="append", default=[], metavar="ID", help="vault identity (repeatable)")
@@ -110,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
         if verb == "upgrade":
             sub.add_argument("--no-rollback", action="store_true",
                              help="leave a release that fails readiness or its gates as it is, for inspection")
+        if verb == "down":
+            sub.add_argument("--all", action="store_true", dest="all_deployments",
+                             help="stop every deployment of the inventory (needed when it has several)")
         if verb == "up":
             sub.add_argument("--ask", metavar="PROMPT",
                              help="once it serves, send the endpoint this prompt and print the completion")
@@ -174,6 +182,7 @@ class Context:
     run: Callable[[dict[str, Any]], RunResult] = run_playbook
     ask_password: Callable[[str], str] = getpass.getpass
     follow: Callable[[list[str]], int] = subprocess.call
+    read_deployments: Reader = read_inventory  # the inventory's deployments, for --deployment
     kill: Callable[[int, int], None] = os.kill  # how Ctrl-C reaches ansible-playbook
     tty: bool | None = None  # None: ask stdout
     runs_dir: Path | None = None  # None: ROOT/artifacts/runs
@@ -203,6 +212,8 @@ def _write(stream: IO[str], lines: list[str]) -> None:
 def execute(args: argparse.Namespace, ctx: Context) -> int:
     """Run one verb and report it; returns the exit code."""
     inv = invocation(args, ctx.root, ctx.cwd)
+    inv = scope(inv, args.deployment, getattr(args, "all_deployments", False), ctx.read_deployments, ctx.root,
+                ctx.environ)
     if not (ctx.root / inv.playbook).is_file():
         ctx.stderr.write(f"sparkserve {inv.verb}: {inv.playbook} is missing from {ctx.root}\n")
         return EXIT_FAILED
@@ -254,7 +265,7 @@ def report(args: argparse.Namespace, ctx: Context, model: RunModel, result: RunR
     verb = args.verb
     status = model.stats.get(run_stats.STATUS)
     if args.json and verb == "status":
-        document = status if code == EXIT_OK and isinstance(status, Mapping) else {
+        document = status_document(model.stats) if code == EXIT_OK and isinstance(status, Mapping) else {
             "error": summary_json(model, verb, result.rc, code, result.artifacts)}
         ctx.stdout.write(json.dumps(document, indent=2, default=str) + "\n")
     elif args.json:
@@ -272,7 +283,7 @@ def report(args: argparse.Namespace, ctx: Context, model: RunModel, result: RunR
         return code
     if not args.json:
         if verb == "status" and isinstance(status, Mapping):
-            Console(file=ctx.stdout, width=None if ctx.is_tty else 100).print(render_status(status))
+            Console(file=ctx.stdout, width=None if ctx.is_tty else 100).print(render_statuses(model.stats))
         else:
             _write(ctx.stdout, success_lines(verb, model))
     if verb == "logs" and args.follow:
@@ -283,19 +294,23 @@ def report(args: argparse.Namespace, ctx: Context, model: RunModel, result: RunR
 
 
 def ask(prompt: str, ctx: Context, model: RunModel) -> int:
-    """One real completion from the endpoint the run reported."""
-    endpoint = model.stats.get(run_stats.ENDPOINT)
-    try:
-        text = complete(endpoint if isinstance(endpoint, Mapping) else {}, prompt)
-    except AskError as error:
-        _write(ctx.stderr, [f"sparkserve up --ask: {error}"])
-        return EXIT_FAILED
-    _write(ctx.stdout, [f"Asked {prompt!r}; the deployment answered: {text!r}"])
-    return EXIT_OK
+    """One real completion from the endpoint the run reported (from each one, when it brought up several)."""
+    found = endpoints(model.stats) or {"": {}}
+    code = EXIT_OK
+    for name, endpoint in found.items():
+        who = f"deployment {name}" if len(found) > 1 else "the deployment"
+        try:
+            text = complete(endpoint, prompt)
+        except AskError as error:
+            _write(ctx.stderr, [f"sparkserve up --ask: {name + ': ' if len(found) > 1 else ''}{error}"])
+            code = EXIT_FAILED
+            continue
+        _write(ctx.stdout, [f"Asked {prompt!r}; {who} answered: {text!r}"])
+    return code
 
 
 def success_lines(verb: str, model: RunModel) -> list[str]:
-    if verb in ("up", "rollback") and run_stats.ENDPOINT in model.stats:
+    if verb in ("up", "rollback") and endpoints(model.stats):
         return endpoint_lines(model)
     if verb == "logs":
         return logs_lines(model)

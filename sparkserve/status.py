@@ -1,4 +1,10 @@
-"""`sparkserve status` on one screen, from the playbook's sparkserve_status stat."""
+"""`sparkserve status` on one screen, from the playbook's sparkserve_status and sparkserve_statuses stats.
+
+playbooks/status.yml runs one batch per deployment. Each batch adds its deployment to ``sparkserve_statuses``
+(aggregated, by name: the recipe, the endpoint and the ranks) and writes ``sparkserve_status`` whole (the last
+batch's: its nodes, readiness and supervisor too). The screen has one block per deployment, the last one's with
+everything sparkserve_status says; with one deployment it is sparkserve_status's screen alone.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,12 @@ from rich import box
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
+
+from ansible_collections.sparkserve.deploy.plugins.module_utils import run_stats
+
+# Keys playbooks/status.yml writes that plugins/module_utils/run_stats.py does not name yet.
+STATUSES: str = getattr(run_stats, "STATUSES", "sparkserve_statuses")
+UNMANAGED: str = getattr(run_stats, "UNMANAGED", "sparkserve_unmanaged")
 
 GOOD_STATES = {"running", "active", "armed", "up", "ok", "healthy", "verified"}
 
@@ -164,3 +176,52 @@ def render_status(data: Mapping[str, Any]) -> RenderableType:
     if not parts:
         parts.append(Text("The status run reported nothing.", style="yellow"))
     return Group(*parts)
+
+
+def deployment_statuses(stats: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every deployment's status, by name, in the run's order: sparkserve_statuses' entries, the one that
+    sparkserve_status describes completed with it (a run that wrote only sparkserve_status: that one)."""
+    found: dict[str, dict[str, Any]] = {}
+    for name, entry in _mapping(stats.get(STATUSES)).items():
+        if isinstance(entry, Mapping):
+            found[str(name)] = {"deployment": str(name), **entry}
+    status = _mapping(stats.get(run_stats.STATUS))
+    if status:
+        name = str(status.get("deployment") or "")
+        found[name] = {**found.get(name, {}), **status}
+    return found
+
+
+def unmanaged(stats: Mapping[str, Any]) -> dict[str, list[str]]:
+    """node -> the deployments running there that the inventory does not list."""
+    return {str(node): [str(d) for d in names] for node, names in _mapping(stats.get(UNMANAGED)).items()
+            if isinstance(names, list) and names}
+
+
+def unmanaged_lines(stats: Mapping[str, Any]) -> list[Text]:
+    return [Text(f"{node} runs {', '.join(names)}, of no deployment this inventory lists (left running)",
+                 style="yellow") for node, names in unmanaged(stats).items()]
+
+
+def render_statuses(stats: Mapping[str, Any]) -> RenderableType:
+    """One block per deployment (render_status's), then the deployments the inventory does not list."""
+    deployments = list(deployment_statuses(stats).values())
+    parts: list[RenderableType] = []
+    for index, data in enumerate(deployments):
+        if index:
+            parts.append(Text(""))
+        parts.append(render_status(data))
+    if not parts:
+        parts.append(render_status({}))
+    return Group(*parts, *unmanaged_lines(stats))
+
+
+def status_document(stats: Mapping[str, Any]) -> dict[str, Any]:
+    """status --json: sparkserve_status's fields where the run read one deployment, and always `deployments`,
+    every deployment's status by name (and `unmanaged`, node -> deployments the inventory does not list)."""
+    deployments = deployment_statuses(stats)
+    document: dict[str, Any] = dict(_mapping(stats.get(run_stats.STATUS))) if len(deployments) <= 1 else {}
+    document["deployments"] = deployments
+    if unmanaged(stats):
+        document["unmanaged"] = unmanaged(stats)
+    return document

@@ -51,6 +51,10 @@ exit codes:
   5    the launch failed (the launch play or the engine role)
   130  interrupted (Ctrl-C)"""
 
+# Every deployment's endpoint by name (aggregated over the launch's batches), where the run records it; a key
+# plugins/module_utils/run_stats.py does not name yet.
+ENDPOINTS: str = getattr(run_stats, "ENDPOINTS", "sparkserve_endpoints")
+
 STDOUT_TAIL_LINES = 20
 # ansible-runner's exit status when ansible-playbook could not be started at all (not found).
 RC_NOT_STARTED = 127
@@ -248,14 +252,53 @@ def monitoring_lines(model: RunModel) -> list[str]:
     return lines
 
 
+def endpoints(stats: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """Every deployment's endpoint by name, in the run's order.
+
+    sparkserve_endpoint is the last deployment's (each launch batch writes it whole); sparkserve_endpoints,
+    where the run writes it (aggregated by deployment name), has every deployment's. A run of one deployment
+    gives {its name: sparkserve_endpoint}.
+    """
+    found: dict[str, Mapping[str, Any]] = {str(name): value for name, value in _mapping(stats.get(ENDPOINTS)).items()
+                                           if isinstance(value, Mapping) and value}
+    last = _mapping(stats.get(run_stats.ENDPOINT))
+    name = str(last.get("deployment") or last.get("recipe") or "") if last else ""
+    if last and (name or not found):
+        found[name] = last
+    return found
+
+
 def endpoint_lines(model: RunModel) -> list[str]:
-    """The summary after a successful up (or rollback): where it serves, what, and how to reach it."""
-    endpoint = _mapping(model.stats.get(run_stats.ENDPOINT))
+    """The summary after a successful up (or rollback): where it serves, what, and how to reach it; with several
+    deployments, each one's block, the stages once, then how to reach each."""
+    found = endpoints(model.stats)
+    if len(found) > 1:
+        lines: list[str] = []
+        for name, endpoint in found.items():
+            lines += _endpoint_block(endpoint, name)
+        if model.stages:
+            lines.append("Stages")
+            lines += stage_lines(model)
+        for name, endpoint in found.items():
+            reach = reach_lines(endpoint)
+            lines += [f"Try {name}:" if line == "Try it:" else line for line in reach]
+        return lines + monitoring_lines(model)
+    endpoint = next(iter(found.values()), {})
     if not endpoint:
         return []
+    lines = _endpoint_block(endpoint)
+    if model.stages:
+        lines.append("  stages")
+        lines += stage_lines(model)
+    return lines + reach_lines(endpoint) + monitoring_lines(model)
+
+
+def _endpoint_block(endpoint: Mapping[str, Any], name: str = "") -> list[str]:
+    """Where one deployment serves (named, when there are several) and what: model, weights, image, nodes, ranks."""
     url = str(endpoint.get("url") or "")
     where = f" on {endpoint['head']}'s loopback" if endpoint.get("loopback") and endpoint.get("head") else ""
-    lines = [f"Serving at {url}{where}" if url else "Serving (the run reported no URL)"]
+    serving = f"Serving {name}" if name else "Serving"
+    lines = [f"{serving} at {url}{where}" if url else f"{serving} (the run reported no URL)"]
 
     def row(label: str, value: object) -> None:
         if value not in (None, "", [], {}):
@@ -279,10 +322,7 @@ def endpoint_lines(model: RunModel) -> list[str]:
     if isinstance(ranks, list):
         pairs = [f"{r.get('rank')} → {r.get('node')}" for r in ranks if isinstance(r, Mapping)]
         row("ranks", ", ".join(pairs))
-    if model.stages:
-        lines.append("  stages")
-        lines += stage_lines(model)
-    return lines + reach_lines(endpoint) + monitoring_lines(model)
+    return lines
 
 
 def message_lines(model: RunModel) -> list[str]:

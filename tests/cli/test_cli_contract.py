@@ -18,7 +18,7 @@ from cli_streams import FIXTURES, model_of, stream
 from ansible_collections.sparkserve.deploy.plugins.module_utils import run_stats
 from sparkserve.ask import AskError, complete
 from sparkserve.events import RunModel, replay
-from sparkserve.status import render_status
+from sparkserve.status import render_status, render_statuses, status_document
 from sparkserve.summary import (
     FailureReport,
     classify,
@@ -122,6 +122,8 @@ def _stats_read(model: RunModel) -> set[str]:
     status = model.stats.get(run_stats.STATUS)
     if status is not None:
         render_status(status)
+    render_statuses(model.stats)
+    status_document(model.stats)
     endpoint = model.stats.get(run_stats.ENDPOINT)
     if endpoint is not None:
         with pytest.raises(AskError):

@@ -6,7 +6,7 @@ import io
 import json
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ import pytest
 from cli_streams import stream
 
 from sparkserve.cli import Context, build_parser, choose_display, main
+from sparkserve.deployments import Deployment, InventoryRead
 from sparkserve.display import JsonDisplay, LiveDisplay, PlainDisplay, QuietDisplay
 from sparkserve.events import RunModel
 from sparkserve.project import PLAYBOOKS
@@ -42,9 +43,15 @@ class FakeRun:
         return RunResult(rc=self.rc, status="successful" if self.rc == 0 else "failed", artifacts=artifacts)
 
 
+def one_deployment(_root: Path, _inventory: Path, _environ: Mapping[str, str]) -> InventoryRead:
+    """The lab's inventory as ansible-inventory lists it: one deployment."""
+    return InventoryRead(deployments=(Deployment("lab-tp2", "deployment_lab_tp2"),))
+
+
 class Session:
     def __init__(self, project: Path, run: Callable[[dict[str, Any]], RunResult], **extra: Any) -> None:
         self.stdout, self.stderr = io.StringIO(), io.StringIO()
+        extra.setdefault("read_deployments", one_deployment)
         self.context = Context(root=project, cwd=project, environ={"PATH": "/usr/bin"}, stdout=self.stdout,
                                stderr=self.stderr, run=run, tty=False, **extra)
 
@@ -101,7 +108,9 @@ def test_status_shows_the_table_and_status_json_prints_one_document(project: Pat
     quiet = Session(project, FakeRun("status", 0))
     assert quiet("status", "--json") == 0
     document = json.loads(quiet.stdout.getvalue())
-    assert document == stream("status")[-1]["event_data"]["artifact_data"]["sparkserve_status"]
+    status = stream("status")[-1]["event_data"]["artifact_data"]["sparkserve_status"]
+    # One deployment: sparkserve_status's document as it is, and the same under `deployments`, by name.
+    assert document == dict(status, deployments={"lab-tp2": status})
     assert [r["rank"] for r in document["ranks"]] == [0, 1]
 
 
