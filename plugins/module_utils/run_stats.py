@@ -70,6 +70,11 @@ DIAGNOSE = "sparkserve_diagnose"
 MONITORING = "sparkserve_monitoring"
 PROGRESS = "sparkserve_progress"
 PROBE = "sparkserve_probe"
+# Several deployments: each one's endpoint and status by its name, and the deployments running on a node that
+# the inventory does not list (node -> names).
+ENDPOINTS = "sparkserve_endpoints"
+STATUSES = "sparkserve_statuses"
+UNMANAGED = "sparkserve_unmanaged"
 
 PREFIX = "sparkserve_"
 
@@ -212,6 +217,14 @@ class Status(TypedDict, total=False):
     readiness: Readiness
 
 
+class DeploymentStatus(TypedDict, total=False):
+    """One deployment's part of sparkserve status, with several."""
+
+    recipe: Required[str]
+    endpoint: Endpoint
+    ranks: Required[List[RankStatus]]
+
+
 class RankLog(TypedDict, total=False):
     """One rank's last log lines."""
 
@@ -269,6 +282,9 @@ STATS: Dict[str, Any] = {
     LOGS: Logs,
     DIAGNOSE: Diagnose,
     MONITORING: Monitoring,
+    ENDPOINTS: Dict[str, Endpoint],
+    STATUSES: Dict[str, DeploymentStatus],
+    UNMANAGED: Dict[str, List[str]],
 }
 RESULTS: Dict[str, Any] = {
     PROGRESS: Union[ProgressReport, List[ProgressReport]],
@@ -313,6 +329,12 @@ def check(hint: Any, value: Any, path: str) -> List[str]:
             return ["%s is %s; it must be a list." % (path, _show(value))]
         (item,) = typing.get_args(hint)
         return [p for i, one in enumerate(value) for p in check(item, one, "%s[%d]" % (path, i))]
+    if origin in (dict, Dict):
+        if not isinstance(value, Mapping):
+            return ["%s is %s; it must be a mapping." % (path, _show(value))]
+        key_hint, item_hint = typing.get_args(hint)
+        return [p for key, one in value.items()
+                for p in check(key_hint, key, "%s key" % path) + check(item_hint, one, "%s.%s" % (path, key))]
     if typing.is_typeddict(hint):
         return _check_mapping(hint, value, path)
     if hint is float:

@@ -36,6 +36,12 @@ UNRECORDED = {
     run_stats.MONITORING: {"server": "spark-1", "url": "http://127.0.0.1:9090", "port": 9090, "loopback": True,
                            "address": "10.0.0.1", "ssh_user": "root", "targets_up": 4},
     run_stats.DIAGNOSE: {"archive": "/srv/sparkserve/artifacts/diagnose/lab-tp2-20261202T100000Z.tar.gz"},
+    # Several deployments (the fleet scenario's): each one's endpoint and status by name, and what runs unlisted.
+    run_stats.ENDPOINTS: {"lab-tp1": {"url": "http://172.30.77.11:8001", "loopback": False, "model_name": "tiny-model-1",
+                                      "deployment": "lab-tp1", "api_port": 8001, "head": "lab-tp1@spark-1"}},
+    run_stats.STATUSES: {"lab-tp1": {"recipe": "lab-tp1", "ranks": [{"rank": 0, "node": "lab-tp1@spark-1",
+                                                                    "container": "lab-tp1-rank0", "running": True}]}},
+    run_stats.UNMANAGED: {"spark-2": ["old-model"]},
 }
 
 
@@ -47,6 +53,9 @@ def schema_paths(kind: Any, path: str) -> Iterator[str]:
             yield from schema_paths(arg, path)
     elif origin is list:
         yield from schema_paths(typing.get_args(kind)[0], path + "[]")
+    elif origin is dict:  # a mapping by name (a deployment's, a node's): any key, as *
+        yield f"{path}.*"
+        yield from schema_paths(typing.get_args(kind)[1], path + ".*")
     elif typing.is_typeddict(kind):
         for key, sub in run_stats.fields(kind).items():
             yield f"{path}.{key}"
@@ -54,6 +63,17 @@ def schema_paths(kind: Any, path: str) -> Iterator[str]:
 
 
 SCHEMA = {p for key, kind in {**run_stats.STATS, **run_stats.RESULTS}.items() for p in schema_paths(kind, key)}
+# The stats that are mappings by name: a path read in one names the key, the schema says *.
+BY_NAME = tuple(key for key, kind in run_stats.STATS.items() if typing.get_origin(kind) is dict)
+
+
+def by_name(path: str) -> str:
+    """PATH with the name under a mapping-by-name stat as *."""
+    head, _, rest = path.partition(".")
+    if head not in BY_NAME or not rest:
+        return path
+    _, dot, tail = rest.partition(".")
+    return f"{head}.*{dot}{tail}"
 
 
 class Noted(dict[str, Any]):
@@ -151,7 +171,7 @@ def test_the_readers_read_only_what_the_contract_names() -> None:
     read: set[str] = set()
     for name in RECORDED:
         read |= _stats_read(model_of(name)) | _results_read(name)
-    assert read - SCHEMA == set()
+    assert {by_name(path) for path in read} - SCHEMA == set()
     # and the walk saw the readers at work: the fields each screen is built from
     assert {"sparkserve_endpoint.url", "sparkserve_failure.log_tail", "sparkserve_status.nodes[].fabric.links",
             "sparkserve_logs.ranks[].follow", "sparkserve_diagnose.archive", "sparkserve_monitoring.targets_up",
