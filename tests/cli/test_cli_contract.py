@@ -37,8 +37,9 @@ UNRECORDED = {
                            "address": "10.0.0.1", "ssh_user": "root", "targets_up": 4},
     run_stats.DIAGNOSE: {"archive": "/srv/sparkserve/artifacts/diagnose/lab-tp2-20261202T100000Z.tar.gz"},
     # Several deployments (the fleet scenario's): each one's endpoint and status by name, and what runs unlisted.
-    run_stats.ENDPOINTS: {"lab-tp1": {"url": "http://172.30.77.11:8001", "loopback": False, "model_name": "tiny-model-1",
-                                      "deployment": "lab-tp1", "api_port": 8001, "head": "lab-tp1@spark-1"}},
+    run_stats.ENDPOINTS: {"lab-tp1": {"url": "http://172.30.77.11:8001", "loopback": False,
+                                      "model_name": "tiny-model-1", "deployment": "lab-tp1", "api_port": 8001,
+                                      "head": "lab-tp1@spark-1"}},
     run_stats.STATUSES: {"lab-tp1": {"recipe": "lab-tp1", "ranks": [{"rank": 0, "node": "lab-tp1@spark-1",
                                                                     "container": "lab-tp1-rank0", "running": True}]}},
     run_stats.UNMANAGED: {"spark-2": ["old-model"]},

@@ -167,6 +167,7 @@ def test_unknown_keys_are_refused() -> None:
         "sparkserve_endpointz is not a stat key of the run's contract; name one of sparkserve_diagnose, "
         "sparkserve_endpoint, sparkserve_endpoints, sparkserve_failure, sparkserve_logs, sparkserve_monitoring, "
         "sparkserve_status, sparkserve_statuses, sparkserve_unmanaged, or add it to plugins/module_utils/run_stats.py."]
+    assert problems("sparkserve_nope", 1)[0].startswith("sparkserve_nope is not a key of the run's contract")
 
 
 def test_several_deployments_are_mappings_by_name() -> None:
@@ -174,8 +175,8 @@ def test_several_deployments_are_mappings_by_name() -> None:
     assert problems("sparkserve_unmanaged", {"spark-2": "old-model"}) == [
         "sparkserve_unmanaged.spark-2 is 'old-model'; it must be a list."]
     assert problems("sparkserve_statuses", {"lab-tp1": {"ranks": []}}) == [
-        "sparkserve_statuses.lab-tp1 has no recipe; the sparkserve command needs it (plugins/module_utils/run_stats.py)."]
-    assert problems("sparkserve_nope", 1)[0].startswith("sparkserve_nope is not a key of the run's contract")
+        "sparkserve_statuses.lab-tp1 has no recipe; the sparkserve command needs it "
+        "(plugins/module_utils/run_stats.py)."]
 
 
 def test_result_keys_are_checked_in_each_loop_item() -> None:

@@ -239,13 +239,20 @@ def test_memavailable_low_while_memfree_is_high(watch: str, acts: bool) -> None:
     assert any(guard.observe(sample(LOW, HIGH)) for _ in range(4)) is acts
 
 
-def test_due_until_it_acted_then_again_only_after_recovery() -> None:
+def test_due_until_it_acted_then_again_after_a_new_window_or_after_recovery() -> None:
+    """After an action the next window needs its samples again (the node then acts on the next rank); a sample
+    at or above the floor starts the count from zero."""
     guard = memguard.Guard(FLOOR, 2, "both")
     low = sample(LOW, LOW)
     assert [guard.observe(low) for _ in range(4)] == [False, True, True, True]  # due, nothing done yet
     guard.acted()
-    assert [guard.observe(low) for _ in range(6)] == [False] * 6
+    assert guard.progress == 0
+    assert [guard.observe(low) for _ in range(3)] == [False, True, True]  # the next window: two more
+    assert guard.progress == 3
+    guard.acted()
+    assert guard.observe(low) is False
     assert guard.observe(sample(HIGH, HIGH)) is False
+    assert (guard.low_count, guard.progress) == (0, 0)
     assert [guard.observe(low) for _ in range(2)] == [False, True]
 
 
@@ -448,7 +455,7 @@ def test_the_event_line_records_the_kill(tmp_path: Path) -> None:
     assert memguard.main(["--config", str(path), "--once"]) == 0
     [event] = events(tmp_path)
     assert set(event) == {"time", "deployment", "container", "watched", "values",
-                          "floor_bytes", "samples", "action", "stop_rc"}
+                          "floor_bytes", "samples", "action", "stop_rc", "trigger", "priority"}
     assert event["deployment"] == "glm53"
     assert event["container"] == "glm53-r0"
     assert event["watched"] == "both"
@@ -458,6 +465,7 @@ def test_the_event_line_records_the_kill(tmp_path: Path) -> None:
     assert event["action"] == "killed"
     assert event["stop_rc"] == 0
     assert event["time"].endswith("+00:00")
+    assert (event["trigger"], event["priority"]) == ("glm53", 0)  # its own window; the default priority
 
 
 def test_once_with_a_single_low_sample_of_three_does_nothing(tmp_path: Path) -> None:
@@ -537,7 +545,7 @@ def test_the_loop_kills_once_and_again_only_after_recovery(
     out = capsys.readouterr().out.splitlines()
     assert sum("back at or above the floor" in line for line in out) == 1
     assert sum("(1/2)" in line for line in out) == 2
-    assert out[-1] == "memguard glm53: terminated; exiting"
+    assert out[-1] == "memguard: terminated; exiting"
 
 
 def test_armed_before_the_rank_exists_the_guard_waits_for_it_then_kills_it(
@@ -703,7 +711,7 @@ def test_the_program_armed_before_its_rank_kills_it_within_one_sample_and_exits_
         "killed container glm53-r0"]
     assert "(3/3); container glm53-r0 is not there: nothing to kill; still watching" in out
     assert "(3/3); killed container glm53-r0" in out
-    assert out.endswith("memguard glm53: terminated; exiting\n")
+    assert out.endswith("memguard: terminated; exiting\n")
     assert docker_calls(tmp_path) == [INSPECT, INSPECT, INSPECT, ["kill", "glm53-r0"]]  # once, memory still low
     [event] = events(tmp_path)
     assert (event["action"], event["values"]) == ("killed", {"MemAvailable": HIGH, "MemFree": LOW})
@@ -995,6 +1003,6 @@ def test_the_program_writes_its_file_and_removes_it_on_sigterm(tmp_path: Path) -
             guard.wait()
     assert guard.returncode == 0
     assert err == ""
-    assert out.endswith("memguard glm53: terminated; exiting\n")
+    assert out.endswith("memguard: terminated; exiting\n")
     assert not path.exists()
     assert exposition.leftovers(path) == []

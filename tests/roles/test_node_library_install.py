@@ -265,7 +265,9 @@ def test_each_role_imports_the_library_install_before_its_program_and_not_the_li
 
 @pytest.mark.parametrize("role", sorted(PROGRAMS))
 def test_each_unit_puts_the_library_on_pythonpath_and_names_its_fingerprint(role: str) -> None:
-    unit = (ROOT / f"roles/{role}/templates/etc/systemd/system/sparkserve-{role}@.service.j2").read_text("utf-8")
+    # A unit per deployment (sparkserve-ROLE@.service) or one per node (sparkserve-ROLE.service, the guard's).
+    [template] = (ROOT / f"roles/{role}/templates/etc/systemd/system").glob(f"sparkserve-{role}*.service.j2")
+    unit = template.read_text("utf-8")
     assert "\nEnvironment=PYTHONPATH={{ sparkserve_node_library_dir }}\n" in unit
     assert "{{ __sparkserve_node_library_fingerprint }}" in unit  # a changed library changes the unit
 
