@@ -81,8 +81,8 @@ def _members(listing: Mapping[str, Any], group: str, seen: set[str] | None = Non
 def deployments_of(listing: Mapping[str, Any]) -> tuple[Deployment, ...]:
     """The deployments of an ``ansible-inventory --list`` document, in the inventory's order.
 
-    A deployment is a ``deployment_*`` group; its name is its hosts' ``sparkserve_deployment`` (the group's name
-    without the prefix where no host carries it). It is present when one of its hosts is in ``sparks`` (a
+    A deployment is a ``deployment_*`` group; its name is its hosts' ``sparkserve_deployment``, else their
+    ``sparkserve_recipe`` (one deployment named after its recipe), else the group's name without the prefix. It is present when one of its hosts is in ``sparks`` (a
     deployment marked absent has its hosts in ``absent`` only). A plain inventory has no such group: ().
     """
     meta = listing.get("_meta")
@@ -96,7 +96,9 @@ def deployments_of(listing: Mapping[str, Any]) -> tuple[Deployment, ...]:
     found: list[Deployment] = []
     for group in groups:
         hosts = _members(listing, group)
-        names = [hostvars[h].get("sparkserve_deployment") for h in hosts if isinstance(hostvars.get(h), Mapping)]
+        # One deployment named after its recipe carries only sparkserve_recipe.
+        names = [hostvars[h].get("sparkserve_deployment") or hostvars[h].get("sparkserve_recipe")
+                 for h in hosts if isinstance(hostvars.get(h), Mapping)]
         name = next((str(n) for n in names if isinstance(n, str) and n), group[len(GROUP_PREFIX):])
         found.append(Deployment(name=name, group=group, present=not hosts or any(h in sparks for h in hosts)))
     return tuple(found)

@@ -227,7 +227,6 @@ def lay_out(deployments: Sequence[Deployment], nodes: Sequence[tuple[str, dict[s
             variables_of_host = dict(node_vars[node])
             variables_of_host.update({
                 "sparkserve_recipe": deployment.recipe,
-                "sparkserve_deployment": deployment.name,
                 "sparkserve_deployment_hosts": names,
                 "sparkserve_deployment_priority": deployment.priority,
                 "sparkserve_node": node,
@@ -235,6 +234,10 @@ def lay_out(deployments: Sequence[Deployment], nodes: Sequence[tuple[str, dict[s
                 "sparkserve_world_size": len(names),
                 "sparkserve_head_fabric_ip": head_ips[0] if head_ips and len(names) > 1 else None,
             })
+            # One deployment named after its recipe leaves the name to the recipe (-e sparkserve_recipe=OTHER
+            # serves OTHER under its own name, as before several deployments).
+            if not single or deployment.name != deployment.recipe:
+                variables_of_host["sparkserve_deployment"] = deployment.name
             if deployment.state == "present":
                 stated = _stated_ports(recipes[deployment.name])
                 assigned = ports[deployment.name]

@@ -27,7 +27,7 @@ def test_every_entry_playbook_starts_with_the_context_play() -> None:
         assert imported in ("context.yml", "preflight.yml"), f"playbooks/{name} does not start with the context play"
     assert plays(PLAYBOOKS / "preflight.yml")[0]["ansible.builtin.import_playbook"] == "context.yml"
     assert [p["ansible.builtin.import_playbook"] for p in plays(ROOT / "site.yml")] == [
-        "playbooks/preflight.yml", "playbooks/access.yml", "playbooks/deploy.yml"]
+        "playbooks/preflight.yml", "playbooks/access.yml", "playbooks/deploy.yml", "playbooks/stop.yml"]
 
 
 def test_no_play_but_the_context_play_runs_the_recipe_role() -> None:
