@@ -60,7 +60,7 @@ Config (JSON object, unknown keys refused)::
      "api_base": "http://127.0.0.1:8000",
      "pause_file": "/etc/sparkserve/supervisor/lab-tp2.paused",
      "flusher_unit": "sparkserve-flusher@lab-tp2.service",
-     "memguard_unit": "sparkserve-memguard@lab-tp2.service",
+     "memguard_unit": "sparkserve-memguard.service",
      "metrics_path": "/var/lib/node_exporter/textfile/sparkserve-supervisor-lab-tp2.prom"}
 
 ``pause_file``, ``flusher_unit``, ``memguard_unit`` and ``metrics_path`` may be
