@@ -82,8 +82,9 @@ def deployments_of(listing: Mapping[str, Any]) -> tuple[Deployment, ...]:
     """The deployments of an ``ansible-inventory --list`` document, in the inventory's order.
 
     A deployment is a ``deployment_*`` group; its name is its hosts' ``sparkserve_deployment``, else their
-    ``sparkserve_recipe`` (one deployment named after its recipe), else the group's name without the prefix. It is present when one of its hosts is in ``sparks`` (a
-    deployment marked absent has its hosts in ``absent`` only). A plain inventory has no such group: ().
+    ``sparkserve_recipe`` (one deployment named after its recipe), else the group's name without the prefix. It
+    is present when one of its hosts is in ``sparks`` (a deployment marked absent has its hosts in ``absent``
+    only). A plain inventory has no such group: ().
     """
     meta = listing.get("_meta")
     hostvars = meta.get("hostvars") if isinstance(meta, Mapping) else None

@@ -194,21 +194,31 @@ def lay_out(deployments: Sequence[Deployment], nodes: Sequence[tuple[str, dict[s
         return layout
     layout.table = placement_table(placed, needs, budgets)
 
-    port_requests = []
-    for deployment in present:
+    def port_request(deployment: Deployment, where: Sequence[str]) -> PortRequest:
         recipe = recipes[deployment.name]
         api, master = _stated_ports(recipe)
         engine = ENGINES.get(str(_mapping(recipe).get("engine")))
         extra = _mapping(_mapping(recipe).get("launch")).get("extra_ports") or []
-        port_requests.append(PortRequest(
-            name=deployment.name, nodes=tuple(placed[deployment.name]), api_port=deployment.api_port or api,
+        return PortRequest(
+            name=deployment.name, nodes=tuple(where), api_port=deployment.api_port or api,
             master_port=deployment.master_port or master, master_span=engine.master_port_span if engine else 1,
-            extra_ports=tuple(port for port in extra if isinstance(port, int))))
+            extra_ports=tuple(port for port in extra if isinstance(port, int)))
+
+    port_requests = [port_request(deployment, placed[deployment.name]) for deployment in present]
     try:
         ports = assign_ports(port_requests)
     except PortCollision as error:
         layout.problems.append(f"{_PREFIX}{error}")
         return layout
+    # A deployment marked absent gets the ports it had beside the others (its stop waits for them to close);
+    # one that cannot is left the recipe's.
+    for deployment in deployments:
+        if deployment.state == "absent":
+            try:
+                ports[deployment.name] = assign_ports(
+                    port_requests + [port_request(deployment, deployment.nodes or node_names)])[deployment.name]
+            except PortCollision:
+                pass
 
     single = len(deployments) == 1
     node_vars = dict(nodes)
@@ -238,7 +248,7 @@ def lay_out(deployments: Sequence[Deployment], nodes: Sequence[tuple[str, dict[s
             # serves OTHER under its own name, as before several deployments).
             if not single or deployment.name != deployment.recipe:
                 variables_of_host["sparkserve_deployment"] = deployment.name
-            if deployment.state == "present":
+            if deployment.name in ports:
                 stated = _stated_ports(recipes[deployment.name])
                 assigned = ports[deployment.name]
                 # Only a port that differs from the recipe's is an inventory variable (the render applies it).
