@@ -483,38 +483,3 @@ def test_the_program_keeps_its_file_with_running_0_after_sigterm(tmp_path: Path)
     assert running == 0
     assert before <= last_pass <= time.time()
     assert exposition.leftovers(path) == []
-
-
-# --- the node's flusher: its command line (tests/roles/test_flusher_node.py runs it) ------------------------
-
-
-def test_the_node_s_defaults() -> None:
-    assert flusher.parse_args(["--config", "/etc/sparkserve/flusher"]) == flusher.NodeCommand(
-        action="run", config_dir="/etc/sparkserve/flusher", holds_dir="/run/sparkserve/flusher",
-        unit="sparkserve-flusher.service", systemctl="systemctl", deployment="", passes=None)
-    held = flusher.parse_args(["--config", "c", "--holds", "h", "--unit", "x-hold@y.service", "--hold", "glm53"])
-    assert (held.action, held.holds_dir, held.unit, held.deployment) == ("hold", "h", "x-hold@y.service", "glm53")
-    assert flusher.parse_args(["--config", "c", "--release", "glm53"]).action == "release"
-    assert flusher.parse_args(["--config", "c", "--check-config"]).action == "check"
-
-
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (["--hold", "glm53"], "--hold needs --config DIR (the settings folder of the node's flusher)"),
-        (["--holds", "/run/x"], "--holds needs --config DIR"),
-        (["--check-config"], "--check-config needs --config DIR"),
-        (["--config", "c", "--mode", "threshold"],
-         "--mode is a setting of one flusher by hand; with --config each deployment's settings file gives it"),
-        (["--config", "c", "--until-file", "f"], "--until-file is a setting of one flusher by hand"),
-        (["--config", "c", "--hold", "a", "--passes", "2"], "--passes does not apply to --hold"),
-        (["--config", "c", "--hold", "a", "--release", "b"], "argument --release: not allowed with argument --hold"),
-        (["--config", "c", "--unit", "flusher"], "argument --unit: 'flusher' is not a systemd service name"),
-        (["--config", "c", "--release", "a b"], "argument --release: 'a b' is not a name of letters"),
-    ],
-)
-def test_bad_node_arguments_exit_2(capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        flusher.parse_args(args)
-    assert exit_info.value.code == 2
-    assert message in capsys.readouterr().err

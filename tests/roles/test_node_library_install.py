@@ -265,15 +265,11 @@ def test_each_role_imports_the_library_install_before_its_program_and_not_the_li
 
 @pytest.mark.parametrize("role", sorted(PROGRAMS))
 def test_each_unit_puts_the_library_on_pythonpath_and_names_its_fingerprint(role: str) -> None:
-    # A unit per deployment (sparkserve-ROLE@.service) or one per node (sparkserve-ROLE.service, the guard's);
-    # the flusher has both: the node's unit and the template of each deployment's hold on it.
-    templates = sorted((ROOT / f"roles/{role}/templates/etc/systemd/system").glob(f"sparkserve-{role}*.service.j2"))
-    assert len(templates) == (2 if role == "flusher" else 1), templates
-    for template in templates:
-        unit = template.read_text("utf-8")
-        assert "\nEnvironment=PYTHONPATH={{ sparkserve_node_library_dir }}\n" in unit, template
-        # A changed library changes the unit.
-        assert "{{ __sparkserve_node_library_fingerprint }}" in unit, template
+    # A unit per deployment (sparkserve-ROLE@.service) or one per node (sparkserve-ROLE.service, the guard's).
+    [template] = (ROOT / f"roles/{role}/templates/etc/systemd/system").glob(f"sparkserve-{role}*.service.j2")
+    unit = template.read_text("utf-8")
+    assert "\nEnvironment=PYTHONPATH={{ sparkserve_node_library_dir }}\n" in unit
+    assert "{{ __sparkserve_node_library_fingerprint }}" in unit  # a changed library changes the unit
 
 
 def test_the_install_writes_every_python_file_of_the_library_and_removes_what_it_no_longer_has() -> None:

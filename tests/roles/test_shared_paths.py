@@ -64,7 +64,6 @@ ROLE_VARIABLES = [
     "memguard_events_dir", "engine_memguard_events_dir", "fabric_env_file", "engine_fabric_env_file",
     "fabric_tools_dir", "weights_tools_dir", "engine_lock_dir", "engine_gpus", "fabric_probe_gpus",
     "preflight_meminfo_path", "flusher_meminfo_path", "memguard_meminfo_path", "engine_flusher_unit",
-    "engine_flusher_hold_unit",
     "weights_seeder", "sparkserve_head", "engine_logs_dir", "bench_results_dir",
 ]
 ROLES_READ = ["weights", "overlays", "engine", "preflight", "memguard", "flusher", "fabric", "bench"]
@@ -124,9 +123,7 @@ def test_one_inventory_variable_moves_a_shared_path_for_every_role(tmp_path: Pat
     assert plain["engine_gpus"] == plain["fabric_probe_gpus"] == "all"
     assert {plain[v] for v in ("preflight_meminfo_path", "flusher_meminfo_path", "memguard_meminfo_path")} \
         == {"/proc/meminfo"}
-    # The node's flusher, one for every deployment's loads, and this deployment's hold on it.
-    assert plain["engine_flusher_unit"] == "sparkserve-flusher.service"
-    assert plain["engine_flusher_hold_unit"] == "sparkserve-flusher-hold@dep.service"
+    assert plain["engine_flusher_unit"] == "sparkserve-flusher@dep.service"
     assert plain["sparkserve_head"] == plain["weights_seeder"] == "spark-b"
     # The controller's artifacts are beside the playbooks' folder (here the temporary play's).
     assert plain["engine_logs_dir"] == f"{tmp_path.parent}/artifacts/dep"

@@ -592,9 +592,7 @@ def test_a_heal_saves_the_logs_stops_and_starts_in_the_recipe_order(tmp_path: Pa
 
 
 def test_the_guard_is_armed_and_the_flusher_runs_on_every_node_while_the_ranks_load(tmp_path: Path) -> None:
-    # The node's guard, and this deployment's hold on the node's flusher (roles/flusher: starting it puts the
-    # deployment's marker and starts the flusher; stopping it stops the flusher only when no other load holds it).
-    flusher, guard = f"sparkserve-flusher-hold@{DEPLOYMENT}.service", "sparkserve-memguard.service"
+    flusher, guard = f"sparkserve-flusher@{DEPLOYMENT}.service", f"sparkserve-memguard@{DEPLOYMENT}.service"
     lab = make_lab(tmp_path, nodes=3, config_extra={"flusher_unit": flusher, "memguard_unit": guard})
     kill_worker(lab)
     lab.step()

@@ -59,7 +59,7 @@ Config (JSON object, unknown keys refused)::
      "state_dir": "/var/lib/sparkserve/supervisor",
      "api_base": "http://127.0.0.1:8000",
      "pause_file": "/etc/sparkserve/supervisor/lab-tp2.paused",
-     "flusher_unit": "sparkserve-flusher-hold@lab-tp2.service",
+     "flusher_unit": "sparkserve-flusher@lab-tp2.service",
      "memguard_unit": "sparkserve-memguard.service",
      "metrics_path": "/var/lib/node_exporter/textfile/sparkserve-supervisor-lab-tp2.prom"}
 
@@ -69,13 +69,7 @@ exists the supervisor does nothing (an operator working on the nodes creates
 it).  The flusher unit, when given, is started on every node before the ranks
 start again and stopped once they are ready (or the attempt ends), as the
 launch runs it: the page cache of the weights being read competes with the
-GPU on unified memory during every load.  With sparkserve's flusher role it is
-the deployment's hold on the node's one flusher,
-``sparkserve-flusher-hold@DEPLOYMENT.service``: starting it puts the
-deployment's marker and starts ``sparkserve-flusher.service``; stopping it
-removes the marker and stops the flusher only when no other deployment's load
-holds it, so a heal's end never stops the flusher under another deployment's
-load (roles/flusher).  The memory guard's unit, when given,
+GPU on unified memory during every load.  The memory guard's unit, when given,
 is started on every node before the ranks (it is not running after a reboot
 unless the recipe starts it at boot), so that it watches the load, as after a
 launch.
