@@ -102,8 +102,7 @@ lint-prometheus:
 
 ## molecule: two labs at once, on the two cores. On one, default destroys what
 ## an earlier run left and creates the 2-node lab, supervisor runs the
-## supervisor's faults on it, fleet serves two deployments on it and then
-## one on a one-node lab, and cluster4 grows it to 4 nodes and destroys it
+## supervisor's faults on it, and cluster4 grows it to 4 nodes and destroys it
 ## at the end; beside it, the faults scenario brings up
 ## its own 2-node lab (molecule/faults/vars/lab.yml) and destroys it at the
 ## end. The images both labs use are built first, once. The faults' output is
@@ -111,7 +110,7 @@ lint-prometheus:
 molecule:
 	@$(TIMED) "lab images" -- ansible-playbook playbooks/lab.yml --tags lab-images
 	@$(MAKE) --no-print-directory molecule-faults >.cache/faults.log 2>&1 & faults=$$!; \
-	$(MAKE) --no-print-directory molecule-default molecule-supervisor molecule-fleet molecule-cluster4; lab=$$?; \
+	$(MAKE) --no-print-directory molecule-default molecule-supervisor molecule-cluster4; lab=$$?; \
 	wait $$faults; faulty=$$?; \
 	echo "--- the faults scenario (.cache/faults.log) ---"; cat .cache/faults.log; \
 	test $$lab -eq 0 -a $$faulty -eq 0
@@ -125,8 +124,9 @@ molecule-faults:
 molecule-supervisor:
 	@$(TIMED) "molecule supervisor" -- molecule test -s supervisor
 
-# Several deployments on the default lab, then a one-node lab (LAB_NODES=1);
-# its create must always rewrite the lab's cluster file, so its state is reset.
+# Several deployments on a 2-node lab, then a one-node lab (LAB_NODES=1); not
+# part of make test yet (its 6 min do not fit the budget beside the others).
+# Its create must always rewrite the lab's cluster file, so its state is reset.
 molecule-fleet:
 	@molecule reset -s fleet >/dev/null 2>&1 || true
 	@$(TIMED) "molecule fleet" -- molecule test -s fleet
