@@ -15,6 +15,8 @@ command -v make >/dev/null || need_apt+=(make)
 command -v rsync >/dev/null || need_apt+=(rsync)
 # promtool (make check tests the alert rules), from Debian's prometheus.
 command -v promtool >/dev/null || need_apt+=(prometheus)
+# mtail (pytest runs the gateway's metrics program), from Debian's mtail.
+command -v mtail >/dev/null || need_apt+=(mtail)
 # The test suite runs the sparkserve command in a real terminal.
 command -v tmux >/dev/null || need_apt+=(tmux)
 # The controller's Python: Debian's own where it is (built with profile-guided

@@ -28,6 +28,7 @@ queries = load_script("tools/monitoring-queries.py", "monitoring_queries")
 TEMPLATE = ROOT / "roles" / "monitoring" / "templates" / "deployment.rules.yml.j2"
 ALERTS = ROOT / "roles" / "monitoring" / "files" / "sparkserve.alerts.yml"
 ALERT_TESTS = Path(__file__).resolve().parent / "alerts.test.yml"
+GATEWAY_PROGRAM = ROOT / "roles" / "gateway" / "files" / "gateway.mtail"
 DEPLOYMENT = "lab-tp2"
 
 # Each engine's meanings and its metric names (counters without _total, histograms without _bucket): the
@@ -347,8 +348,25 @@ def test_every_alert_has_a_severity_a_wait_and_says_what_to_do() -> None:
         assert "sparkserve " in description or "systemctl" in description, f"{name}: say what to do"
 
 
+def gateway_series() -> Set[str]:
+    """The series the gateway's mtail program exports (its declarations that are not hidden; a histogram as its
+    _bucket, _sum and _count)."""
+    declared = re.findall(r"^(counter|gauge|histogram)\s+([A-Za-z_][A-Za-z0-9_]*)",
+                          GATEWAY_PROGRAM.read_text(encoding="utf-8"), re.MULTILINE)
+    return {f"{name}{suffix}" for kind, name in declared
+            for suffix in (("_bucket", "_sum", "_count") if kind == "histogram" else ("",))}
+
+
+def test_the_gateway_series_are_sparkserves() -> None:
+    names = gateway_series()
+    assert {"sparkserve_gateway_requests_total", "sparkserve_gateway_request_duration_seconds_bucket",
+            "sparkserve_gateway_time_to_first_byte_seconds_bucket"} <= names
+    assert all(re.match(r"^sparkserve_gateway_[a-z0-9_]+$", name) for name in names), sorted(names)
+
+
 def allowed(name: str, records: Set[str]) -> bool:
-    return name in records or name in queries.TEXTFILE_SERIES or name == "up" or name.startswith("node_")
+    return (name in records or name in queries.TEXTFILE_SERIES or name in gateway_series() or name == "up"
+            or name.startswith("node_"))
 
 
 def test_the_dashboard_and_alerts_read_only_recorded_textfile_and_node_series() -> None:
@@ -364,4 +382,4 @@ def test_the_dashboard_and_alerts_read_only_recorded_textfile_and_node_series() 
             used.setdefault(query[len("label_values("):].split(",")[0].strip(), set()).add(variable["name"])
     assert "sparkserve:time_to_first_token_seconds:quantile_5m" in used and "up" in used  # the scan finds them
     wrong = {name: sorted(sources) for name, sources in used.items() if not allowed(name, records)}
-    assert not wrong, f"series that are neither recorded, textfile, node_* nor up: {wrong}"
+    assert not wrong, f"series that are neither recorded, textfile, the gateway's, node_* nor up: {wrong}"
