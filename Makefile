@@ -17,9 +17,9 @@ PYTEST_WORKERS ?= auto
 
 ## demo: set this machine up, bring up a 2-node lab, bring the deployment up
 ## on it with the sparkserve command (site.yml through ansible-runner, shown
-## live), and ask it one real completion.
+## live), and ask it one real completion through the gateway, with the lab's key.
 demo: setup lab
-	sparkserve up --ask "The capital of France is"
+	SPARKSERVE_API_KEY="$$(cat .lab/gateway-key)" sparkserve up --ask "The capital of France is"
 
 ## test: the whole test suite (what CI runs), then the time table. After setup,
 ## pytest (one worker) and then the linters, which need no lab, run beside the

@@ -16,8 +16,10 @@ class AskError(Exception):
     """The completion could not be had; the message says why."""
 
 
-def complete(endpoint: Mapping[str, Any], prompt: str, max_tokens: int = 16, timeout_s: float = 60.0) -> str:
-    """The text the deployment completes the prompt with (POST /v1/completions at the endpoint's URL)."""
+def complete(endpoint: Mapping[str, Any], prompt: str, max_tokens: int = 16, timeout_s: float = 60.0,
+             key: str = "") -> str:
+    """The text the deployment completes the prompt with (POST /v1/completions at the endpoint's URL, with the
+    gateway's key when one is given)."""
     url = str(endpoint.get("url") or "").rstrip("/")
     model = str(endpoint.get("model_name") or "")
     if not url or not model:
@@ -25,8 +27,10 @@ def complete(endpoint: Mapping[str, Any], prompt: str, max_tokens: int = 16, tim
     if endpoint.get("loopback") in (True, "true", "True"):
         raise AskError(f"the API listens on the head's loopback; open the ssh tunnel shown above, then ask {url}")
     body = json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens}).encode()
-    request = urllib.request.Request(url + "/v1/completions", data=body, method="POST",
-                                     headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = "Bearer " + key
+    request = urllib.request.Request(url + "/v1/completions", data=body, method="POST", headers=headers)
     try:
         with _OPENER.open(request, timeout=timeout_s) as answer:
             data = json.loads(answer.read().decode("utf-8", "replace"))

@@ -296,11 +296,21 @@ def report(args: argparse.Namespace, ctx: Context, model: RunModel, result: RunR
 def ask(prompt: str, ctx: Context, model: RunModel) -> int:
     """One real completion from the endpoint the run reported (from each one, when it brought up several)."""
     found = endpoints(model.stats) or {"": {}}
+    gateway = model.stats.get(run_stats.GATEWAY)
+    key = os.environ.get("SPARKSERVE_API_KEY", "")
+    if isinstance(gateway, Mapping) and gateway.get("url"):
+        if not gateway.get("open") and not key:
+            _write(ctx.stderr, ["sparkserve up --ask: the gateway asks for a key; set SPARKSERVE_API_KEY to one of "
+                                "gateway_keys (" + ", ".join(str(k) for k in gateway.get("keys") or []) + ")"])
+            return EXIT_FAILED
+        # Asked through the gateway, the one door, by each deployment's model name.
+        found = {name: dict(endpoint, url=gateway["url"], loopback=bool(gateway.get("open")))
+                 for name, endpoint in found.items()}
     code = EXIT_OK
     for name, endpoint in found.items():
         who = f"deployment {name}" if len(found) > 1 else "the deployment"
         try:
-            text = complete(endpoint, prompt)
+            text = complete(endpoint, prompt, key=key)
         except AskError as error:
             _write(ctx.stderr, [f"sparkserve up --ask: {name + ': ' if len(found) > 1 else ''}{error}"])
             code = EXIT_FAILED

@@ -238,6 +238,27 @@ def reach_lines(endpoint: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def gateway_lines(gateway: Mapping[str, Any]) -> list[str]:
+    """Where the gateway is and how to pass a key (never a key), in place of each engine's own address."""
+    url = str(gateway.get("url") or "")
+    models = ", ".join(str(m) for m in gateway.get("models") or [])
+    body = json.dumps({"model": str((gateway.get("models") or ["MODEL"])[0]), "prompt": "Hello", "max_tokens": 16})
+    curl = (f"curl -s {shlex.quote(url.rstrip('/') + '/v1/completions')} -H 'Content-Type: application/json'"
+            f" -d {shlex.quote(body)}")
+    if gateway.get("open"):
+        port, node = gateway.get("port") or urlsplit(url).port, gateway.get("node") or "the gateway's node"
+        user = str(gateway.get("ssh_user") or "")
+        return [f"Gateway: {url} (OpenAI base URL {url.rstrip('/')}/v1) for {models}",
+                f"  no key is set (gateway_keys): it listens on {node}'s loopback only; add keys to open it to the",
+                "  network, or reach it from this machine through a tunnel:",
+                f"  ssh -N -L {port}:127.0.0.1:{port} {user + '@' if user else ''}{node}",
+                f"  {curl}"]
+    names = ", ".join(str(k) for k in gateway.get("keys") or [])
+    return [f"Gateway: {url} (OpenAI base URL {url.rstrip('/')}/v1) for {models}",
+            f"  pass a key of gateway_keys ({names}) as Authorization: Bearer KEY (OPENAI_API_KEY for OpenAI clients):",
+            f"  {curl} -H \"Authorization: Bearer $SPARKSERVE_API_KEY\""]
+
+
 def monitoring_lines(model: RunModel) -> list[str]:
     """Where Prometheus is, when the run had the monitoring stage, and the tunnel to it on loopback."""
     monitoring = _mapping(model.stats.get(run_stats.MONITORING))
@@ -279,6 +300,9 @@ def endpoint_lines(model: RunModel) -> list[str]:
         if model.stages:
             lines.append("Stages")
             lines += stage_lines(model)
+        gateway = _mapping(model.stats.get(run_stats.GATEWAY))
+        if gateway:
+            return lines + gateway_lines(gateway) + monitoring_lines(model)
         for name, endpoint in found.items():
             reach = reach_lines(endpoint)
             lines += [f"Try {name}:" if line == "Try it:" else line for line in reach]
@@ -290,7 +314,9 @@ def endpoint_lines(model: RunModel) -> list[str]:
     if model.stages:
         lines.append("  stages")
         lines += stage_lines(model)
-    return lines + reach_lines(endpoint) + monitoring_lines(model)
+    gateway = _mapping(model.stats.get(run_stats.GATEWAY))
+    reach = gateway_lines(gateway) if gateway else reach_lines(endpoint)
+    return lines + reach + monitoring_lines(model)
 
 
 def _endpoint_block(endpoint: Mapping[str, Any], name: str = "") -> list[str]:

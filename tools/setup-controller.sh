@@ -17,6 +17,9 @@ command -v rsync >/dev/null || need_apt+=(rsync)
 command -v promtool >/dev/null || need_apt+=(prometheus)
 # mtail (pytest runs the gateway's metrics program), from Debian's mtail.
 command -v mtail >/dev/null || need_apt+=(mtail)
+# nginx and its JavaScript module (pytest runs the gateway on loopback).
+command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need_apt+=(nginx)
+[ -f /usr/lib/nginx/modules/ngx_http_js_module.so ] || need_apt+=(libnginx-mod-http-js)
 # The test suite runs the sparkserve command in a real terminal.
 command -v tmux >/dev/null || need_apt+=(tmux)
 # The controller's Python: Debian's own where it is (built with profile-guided
@@ -34,6 +37,10 @@ if [ "${#need_apt[@]}" -gt 0 ]; then
   # 9090, the one a tunnel to the head's Prometheus uses.
   if [[ " ${need_apt[*]} " == *" prometheus "* ]] && [ -d /run/systemd/system ]; then
     systemctl disable --now prometheus >/dev/null 2>&1 || true
+  fi
+  # Only the binary is wanted here: the package's server would hold port 80.
+  if [[ " ${need_apt[*]} " == *" nginx "* ]]; then
+    if [ -d /run/systemd/system ]; then systemctl disable --now nginx >/dev/null 2>&1 || true; else nginx -s stop >/dev/null 2>&1 || true; fi
   fi
 fi
 

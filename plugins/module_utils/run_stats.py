@@ -75,6 +75,8 @@ PROBE = "sparkserve_probe"
 ENDPOINTS = "sparkserve_endpoints"
 STATUSES = "sparkserve_statuses"
 UNMANAGED = "sparkserve_unmanaged"
+# The gateway in front of the deployments: its URL, and the names of its keys (never a key).
+GATEWAY = "sparkserve_gateway"
 
 PREFIX = "sparkserve_"
 
@@ -255,6 +257,18 @@ class Monitoring(TypedDict, total=False):
     targets_up: int
 
 
+class Gateway(TypedDict, total=False):
+    """Where the gateway is."""
+
+    url: Required[str]  # its base URL (the OpenAI base URL is URL/v1)
+    open: Required[bool]  # no key is set: it listens on the gateway node's loopback and asks for none
+    keys: Required[List[str]]  # the keys' names
+    models: List[str]
+    node: str
+    ssh_user: str
+    port: int
+
+
 class ProgressReport(TypedDict, total=False):
     """One progress bar's sample."""
 
@@ -285,6 +299,7 @@ STATS: Dict[str, Any] = {
     ENDPOINTS: Dict[str, Endpoint],
     STATUSES: Dict[str, DeploymentStatus],
     UNMANAGED: Dict[str, List[str]],
+    GATEWAY: Gateway,
 }
 RESULTS: Dict[str, Any] = {
     PROGRESS: Union[ProgressReport, List[ProgressReport]],

@@ -70,6 +70,7 @@ options:
     description:
       - The deployment's ports where the inventory sets them (C(api_port), C(master_port)); they replace the
         recipe's C(launch) values, as the inventory plugin assigned them for deployments that share a node.
+      - C(api_host) likewise, where the engine API binds while the gateway runs (loopback or the fabric address).
     type: dict
     default: {}
   recipe_dir:

@@ -335,7 +335,7 @@ def test_a_run_of_one_deployment_ends_as_before(project: Path) -> None:
 def test_up_ask_asks_every_deployment(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     asked: list[str] = []
 
-    def complete(endpoint: Mapping[str, Any], prompt: str) -> str:
+    def complete(endpoint: Mapping[str, Any], prompt: str, key: str = "") -> str:
         asked.append(str(endpoint["url"]))
         return f"{endpoint['model_name']} says 4"
 

@@ -73,7 +73,7 @@ def test_render_shows_every_rank(tmp_path: Path) -> None:
     out = flat(done.stdout)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "rank 0 on spark-1: container lab-tp2-rank0" in out
-    assert "--node-rank 0 --master-addr 10.77.1.1 --master-port 29501 --host 0.0.0.0 --port 8000" in out
+    assert "--node-rank 0 --master-addr 10.77.1.1 --master-port 29501 --host 127.0.0.1 --port 8000" in out
     assert "rank 1 on spark-2: container lab-tp2-rank1" in out
     assert "--node-rank 1 --master-addr 10.77.1.1 --master-port 29501 --headless" in out
     assert "VLLM_HOST_IP=10.77.1.2" in out and "NCCL_IB_HCA=rocep1s0f1,roceP2p1s0f1" in out

@@ -165,7 +165,8 @@ def test_optional_and_either_types() -> None:
 def test_unknown_keys_are_refused() -> None:
     assert stats_problems({"sparkserve_endpointz": {}, "other_tool": 1}) == [
         "sparkserve_endpointz is not a stat key of the run's contract; name one of sparkserve_diagnose, "
-        "sparkserve_endpoint, sparkserve_endpoints, sparkserve_failure, sparkserve_logs, sparkserve_monitoring, "
+        "sparkserve_endpoint, sparkserve_endpoints, sparkserve_failure, sparkserve_gateway, sparkserve_logs, "
+        "sparkserve_monitoring, "
         "sparkserve_status, sparkserve_statuses, sparkserve_unmanaged, or add it to plugins/module_utils/run_stats.py."]
     assert problems("sparkserve_nope", 1)[0].startswith("sparkserve_nope is not a key of the run's contract")
 

@@ -1,0 +1,63 @@
+"""The gateway's nginx files (nginx.conf, routes.js) for the inventory's deployments and keys."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.sparkserve.deploy.plugins.module_utils.gateway import config
+
+DOCUMENTATION = r"""
+name: gateway_files
+short_description: The gateway's nginx configuration and routes, rendered from its settings
+version_added: "0.5.0"
+description:
+  - Checks the gateway's settings (every problem at once, never a key in a message) and renders the two files of
+    its folder that differ per inventory, by name; the role's static gateway.js sits beside them.
+  - Keys are hashed here (SHA-256); neither file holds a key.
+options:
+  _input:
+    description: The deployments behind the gateway, each C(deployment), C(models), C(host) and C(port).
+    type: list
+    elements: dict
+    required: true
+  keys:
+    description: gateway_keys.
+    type: list
+    elements: dict
+    required: true
+  settings:
+    description: listen, port, tls, timeout_s, max_body_mib, retry_after_s, log_dir, state_dir, pid_file, user.
+    type: dict
+    required: true
+"""
+
+EXAMPLES = r"""
+files: "{{ routes | sparkserve.deploy.gateway_files(gateway_keys, settings) }}"
+"""
+
+RETURN = r"""
+_value:
+  description: File name to content (nginx.conf, routes.js).
+  type: dict
+"""
+
+
+def gateway_files(deployments: List[Dict[str, Any]], keys: List[Dict[str, Any]],
+                  settings: Dict[str, Any]) -> Dict[str, str]:
+    paths = config.Paths(log_dir=settings["log_dir"], state_dir=settings["state_dir"],
+                         pid_file=settings["pid_file"], user=settings.get("user") or None)
+    try:
+        gateway = config.build(deployments, keys, listen=str(settings["listen"]), port=int(settings["port"]),
+                               tls=bool(settings["tls"]), timeout_s=int(settings["timeout_s"]),
+                               max_body_mib=int(settings["max_body_mib"]),
+                               retry_after_s=int(settings["retry_after_s"]), paths=paths)
+    except config.GatewayError as error:
+        raise AnsibleFilterError("the gateway's settings: " + " ".join(error.problems)) from None
+    return config.render(gateway)
+
+
+class FilterModule:
+    def filters(self) -> Dict[str, Any]:
+        return {"gateway_files": gateway_files}
