@@ -187,6 +187,8 @@ class Context:
     tty: bool | None = None  # None: ask stdout
     runs_dir: Path | None = None  # None: ROOT/artifacts/runs
     private_dirs: Path | None = None  # None: ROOT/.cache/runner
+    # The gateway key --ask passes, taken out of the environment that ansible-runner records in each run's folder.
+    api_key: str = field(default_factory=lambda: os.environ.pop("SPARKSERVE_API_KEY", ""))
 
     @property
     def is_tty(self) -> bool:
@@ -297,7 +299,7 @@ def ask(prompt: str, ctx: Context, model: RunModel) -> int:
     """One real completion from the endpoint the run reported (from each one, when it brought up several)."""
     found = endpoints(model.stats) or {"": {}}
     gateway = model.stats.get(run_stats.GATEWAY)
-    key = os.environ.get("SPARKSERVE_API_KEY", "")
+    key = ctx.api_key
     if isinstance(gateway, Mapping) and gateway.get("url"):
         if not gateway.get("open") and not key:
             _write(ctx.stderr, ["sparkserve up --ask: the gateway asks for a key; set SPARKSERVE_API_KEY to one of "
