@@ -43,6 +43,14 @@ def test_bench_uses_the_labs_first_twin_and_a_pinned_revision() -> None:
 
 
 fleet = load_script("tools/bench-fleet.py", "bench_fleet")
+gateway_bench = load_script("tools/bench-gateway.py", "bench_gateway")
+
+
+def test_the_gateway_benchmark_reads_throughput_and_median_ttft_of_each_cell() -> None:
+    results = {"cells": [{"metrics": {"tok_s": 40.0}, "percentiles": {"ttft_ms": {"p50": 12.0}}},
+                         {"metrics": {"tok_s": 2.5}, "percentiles": {"ttft_ms": {"p50": None}}}]}
+    assert gateway_bench.figures(results) == (42.5, [0.012])
+    assert gateway_bench.figures({"cells": []}) == (0.0, [])
 
 
 def test_the_fleet_benchmark_inventories_place_three_deployments_on_two_nodes(tmp_path: Path) -> None:
