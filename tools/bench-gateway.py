@@ -38,7 +38,7 @@ def tunnel(cluster: dict[str, Any], state: Path, ports: list[tuple[int, int]]) -
 
 
 def bench(url: str, model: str, suites: str, out: Path, key: str) -> dict[str, Any]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "bench"))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "bench"), str(ROOT / "collections")]))
     env.pop("SPARKSERVE_BENCH_API_KEY", None)
     if key:
         env["SPARKSERVE_BENCH_API_KEY"] = key
