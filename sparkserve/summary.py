@@ -247,11 +247,11 @@ def gateway_lines(gateway: Mapping[str, Any]) -> list[str]:
             f" -d {shlex.quote(body)}")
     if gateway.get("open"):
         port, node = gateway.get("port") or urlsplit(url).port, gateway.get("node") or "the gateway's node"
-        user = str(gateway.get("ssh_user") or "")
+        user, address = str(gateway.get("ssh_user") or ""), gateway.get("address") or node
         return [f"Gateway: {url} (OpenAI base URL {url.rstrip('/')}/v1) for {models}",
                 f"  no key is set (gateway_keys): it listens on {node}'s loopback only; add keys to open it to the",
                 "  network, or reach it from this machine through a tunnel:",
-                f"  ssh -N -L {port}:127.0.0.1:{port} {user + '@' if user else ''}{node}",
+                f"  ssh -N -L {port}:127.0.0.1:{port} {user + '@' if user else ''}{address}",
                 f"  {curl}"]
     names = ", ".join(str(k) for k in gateway.get("keys") or [])
     return [f"Gateway: {url} (OpenAI base URL {url.rstrip('/')}/v1) for {models}",

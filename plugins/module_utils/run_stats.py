@@ -265,6 +265,7 @@ class Gateway(TypedDict, total=False):
     keys: Required[List[str]]  # the keys' names
     models: List[str]
     node: str
+    address: str  # the gateway node's address for ssh
     ssh_user: str
     port: int
 

@@ -44,7 +44,7 @@ UNRECORDED = {
                                                                     "container": "lab-tp1-rank0", "running": True}]}},
     run_stats.UNMANAGED: {"spark-2": ["old-model"]},
     run_stats.GATEWAY: {"url": "http://10.0.0.1:4000", "open": False, "keys": ["alice"], "models": ["lab-tp2"],
-                        "node": "spark-1", "ssh_user": "root", "port": 4000},
+                        "node": "spark-1", "address": "10.0.0.1", "ssh_user": "root", "port": 4000},
 }
 
 

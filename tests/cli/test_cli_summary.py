@@ -228,3 +228,17 @@ def test_the_json_summary() -> None:
     assert json.loads(json.dumps(summary)) == summary
     ok = summary_json(model_of("up_success"), "up", 0, EXIT_OK, ARTIFACTS)
     assert ok["failure"] is None and ok["stats"]["sparkserve_endpoint"]["model_name"] == "tiny-model"
+
+
+def test_the_gateway_lines_give_the_url_and_how_to_pass_a_key_never_a_key() -> None:
+    from sparkserve.summary import gateway_lines
+
+    keyed = gateway_lines({"url": "http://10.0.0.1:4000", "open": False, "keys": ["alice", "editor"],
+                           "models": ["glm", "qwen"], "node": "spark-1", "address": "10.0.0.1", "port": 4000})
+    assert keyed[0] == "Gateway: http://10.0.0.1:4000 (OpenAI base URL http://10.0.0.1:4000/v1) for glm, qwen"
+    assert "(alice, editor)" in keyed[1] and 'Bearer $SPARKSERVE_API_KEY' in keyed[2]
+    assert "http://10.0.0.1:4000/v1/completions" in keyed[2]
+    opened = gateway_lines({"url": "http://127.0.0.1:4000", "open": True, "keys": [], "models": ["glm"],
+                            "node": "spark-1", "address": "192.168.1.21", "ssh_user": "owner", "port": 4000})
+    assert "spark-1's loopback only" in opened[1]
+    assert opened[3].strip() == "ssh -N -L 4000:127.0.0.1:4000 owner@192.168.1.21"
