@@ -22,7 +22,7 @@ import json
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 # Names that go into nginx's configuration and the logs as they are.
@@ -97,7 +97,6 @@ class Gateway:
     max_body_mib: int
     retry_after_s: int
     paths: Paths
-    notes: list[str] = field(default_factory=list)
 
     @property
     def open(self) -> bool:
@@ -223,7 +222,7 @@ def _bracket(address: str) -> str:
     return "[%s]" % address if ":" in address and not address.startswith("[") else address
 
 
-def _error_body(status: int, kind: str, code: str, message: str) -> str:
+def _error_body(kind: str, code: str, message: str) -> str:
     """An OpenAI error body, as a quoted nginx string (nginx variables in the message are expanded)."""
     body = json.dumps({"error": {"message": message, "type": kind, "param": None, "code": code}})
     return "'%s'" % body.replace("\\", "\\\\").replace("'", "\\'")
@@ -350,19 +349,19 @@ def render_config(gateway: Gateway) -> str:
     retry = gateway.retry_after_s
     out += [
         "    location @too_large {",
-        "      return 413 %s;" % _error_body(413, "invalid_request_error", "request_too_large",
+        "      return 413 %s;" % _error_body("invalid_request_error", "request_too_large",
                                              "the request body is over %d MiB (gateway_max_body_mib)"
                                              % gateway.max_body_mib),
         "    }",
         "    location @rate_limited {",
         "      add_header Retry-After $gateway_retry_after always;",
-        "      return 429 %s;" % _error_body(429, "rate_limit_error", "rate_limit_exceeded",
+        "      return 429 %s;" % _error_body("rate_limit_error", "rate_limit_exceeded",
                                              "key $gateway_key_name is over its request rate; retry in "
                                              "$gateway_retry_after s"),
         "    }",
         "    location @unavailable {",
         "      add_header Retry-After %d always;" % retry,
-        "      return 503 %s;" % _error_body(503, "service_unavailable", "model_unavailable",
+        "      return 503 %s;" % _error_body("service_unavailable", "model_unavailable",
                                              "model $gateway_model is not serving now (stopped, healing or "
                                              "being upgraded); retry in %d s" % retry),
         "    }",
