@@ -62,6 +62,11 @@ def test_routes_name_every_model_of_every_deployment() -> None:
     assert "location @deployment_1 {" in text and "proxy_pass http://deployment_1/v1/models;" in text
 
 
+def test_a_key_given_one_name_of_a_deployment_may_use_all_its_names() -> None:
+    keys = _routes(_build([{"name": "bob", "key": BOB, "models": ["glm-alias"]}]))["keys"]
+    assert keys[hashlib.sha256(BOB.encode()).hexdigest()]["models"] == ["glm", "glm-alias"]
+
+
 def test_no_key_means_open_on_loopback_only() -> None:
     gateway = _build([])
     assert gateway.open and "listen 127.0.0.1:4000;" in config.render_config(gateway)

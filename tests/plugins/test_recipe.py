@@ -208,7 +208,7 @@ def test_unknown_keys_are_errors_at_every_level() -> None:
     assert errors[0] == ("recipe t: served_name is not a field of a recipe; did you mean `model.served_name`? "
                          "(the fields are in recipes/README.md).")
     assert any(e.startswith("recipe t: model.sha is not a field of model; use one of: repo, revision, "
-                            "revision_from, served_name, gated, path_in_container") for e in errors)
+                            "revision_from, served_name, aliases, gated, path_in_container") for e in errors)
     assert "recipe t: launch.ordre is not a field of launch; did you mean `launch.order`? " \
            "(the fields are in recipes/README.md)." in errors
 
@@ -291,6 +291,18 @@ def test_engine_args_values_are_checked() -> None:
 def test_sglang_has_no_kv_bytes_flag() -> None:
     message = one_error(base(engine="sglang", kv_cache={"memory_gib_per_rank": 8}))
     assert message.startswith("recipe t: kv_cache.memory_gib_per_rank is 8; SGLang has no flag")
+
+
+def test_model_aliases() -> None:
+    model = {"repo": "org/model", "revision": COMMIT, "served_name": "m"}
+    head = rendered(base(model={**model, "aliases": ["m-latest", "org/m"]}), 0)
+    names = head["argv"][head["argv"].index("--served-model-name") + 1:head["argv"].index("--tensor-parallel-size")]
+    assert names == ["m", "m-latest", "org/m"]
+    assert "served_name" in one_error(base(model={**model, "aliases": ["x", "m"]}))
+    assert "an alias" in one_error(base(model={**model, "aliases": ["x", "x"]}))
+    assert "letters, digits" in one_error(base(model={**model, "aliases": ["bad name"]}))
+    message = one_error(base(engine="sglang", model={**model, "aliases": ["x"]}))
+    assert message.startswith("recipe t: model.aliases is [\"x\"]; SGLang serves one name"), message
 
 
 def test_container_name_pattern() -> None:

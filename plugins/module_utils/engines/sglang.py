@@ -103,6 +103,11 @@ class SGLang(Engine):
             found.append(("kv_cache.memory_gib_per_rank", kv["memory_gib_per_rank"],
                           "SGLang has no flag for a KV cache size in bytes; remove it and size the pool "
                           "with engine_args max-total-tokens or mem-fraction-static"))
+        aliases = recipe.get("model", {}).get("aliases") if isinstance(recipe.get("model"), dict) else None
+        if aliases:
+            found.append(("model.aliases", aliases,
+                          "SGLang serves one name (its --served-model-name takes one value); remove the aliases, "
+                          "or serve the model with vLLM, which takes several"))
         return found
 
     def metrics_served(self, recipe: Mapping[str, Any]) -> bool:

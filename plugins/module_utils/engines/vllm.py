@@ -98,7 +98,7 @@ class VLLM(Engine):
     def launch_argv(self, recipe: Mapping[str, Any], rank: int, world_size: int, head_fabric_ip: str) -> List[str]:
         model, parallel, launch = recipe["model"], recipe["parallel"], recipe["launch"]
         argv = ["vllm", "serve", model["path_in_container"], "--served-model-name", model["served_name"],
-                "--tensor-parallel-size", str(parallel["tensor"]),
+                *model.get("aliases", []), "--tensor-parallel-size", str(parallel["tensor"]),
                 "--pipeline-parallel-size", str(parallel["pipeline"])]
         if world_size > 1:  # one node needs no rendezvous
             argv += ["--nnodes", str(world_size), "--node-rank", str(rank),

@@ -22,7 +22,7 @@ import json
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 # Names that go into nginx's configuration and the logs as they are.
@@ -202,6 +202,9 @@ def build(deployments: Sequence[Mapping[str, Any]], keys: Sequence[Any], *, list
         key = _key(entry, index, set(served), problems)
         if key is None:
             continue
+        if key.models is not None:  # a deployment's names go together: its served name and its aliases
+            key = replace(key, models=tuple(dict.fromkeys(
+                name for route in routes if set(route.models) & set(key.models) for name in route.models)))
         if any(other.name == key.name for other in checked):
             problems.append("gateway_keys: the name %s is given twice; each key has its own name." % key.name)
         elif any(other.sha256 == key.sha256 for other in checked):
@@ -343,6 +346,7 @@ def render_config(gateway: Gateway) -> str:
             "      internal;",
             "      proxy_connect_timeout 2s;",
             "      proxy_read_timeout 5s;",
+            "      subrequest_output_buffer_size 256k;",
             "      proxy_pass http://deployment_%d/v1/models;" % index,
             "    }",
         ]

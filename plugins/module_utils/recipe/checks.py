@@ -273,6 +273,15 @@ def cross_checks(recipe: Dict[str, Any], name: str, data: Mapping[str, Any]) -> 
                                    % (", ".join(str(s) for s in suites) or "none yet")))
 
     model = _section(recipe, "model")
+    aliases = model.get("aliases")
+    if isinstance(aliases, list):
+        names = [model.get("served_name")]
+        for index, alias in enumerate(aliases):
+            if alias in names:
+                errors.append(message(name, "model.aliases[%d]" % index, alias,
+                                       "it is %s already; give each name once"
+                                       % ("model.served_name" if alias == names[0] else "an alias")))
+            names.append(alias)
     draft = _section(recipe, "draft_model")
     if draft and draft.get("path_in_container") and draft.get("path_in_container") == model.get("path_in_container"):
         errors.append(message(name, "draft_model.path_in_container", draft["path_in_container"],

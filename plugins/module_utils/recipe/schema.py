@@ -193,6 +193,15 @@ RECIPE_SPEC: Dict[str, Any] = {
                     "hint": "use letters, digits and . _ : / - only",
                     "description": "The model name clients put in requests (`--served-model-name`).",
                 },
+                "aliases": {
+                    "type": "list",
+                    "elements": "str",
+                    "default": [],
+                    "pattern": r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$",
+                    "hint": "use letters, digits and . _ : / - only",
+                    "description": "Other names clients may use for the model (vLLM: more `--served-model-name` "
+                                   "values); the gateway routes each of them to this deployment.",
+                },
                 "gated": {
                     "type": "bool",
                     "default": False,

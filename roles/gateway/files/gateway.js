@@ -107,14 +107,27 @@ function models(r) {
             wanted.push(routes.models[model]);
         }
     });
+    // Each deployment's own entries (vLLM's carry max_model_len), or null where it does not answer.
     Promise.all(wanted.map(function (deployment) {
         return r.subrequest('/_models/' + deployment, {method: 'GET'})
-            .then(function (reply) { return reply.status === 200; }, function () { return false; });
+            .then(function (reply) {
+                if (reply.status !== 200) {
+                    return null;
+                }
+                try {
+                    return JSON.parse(reply.responseText).data || [];
+                } catch (e) {
+                    return [];
+                }
+            }, function () { return null; });
     })).then(function (answers) {
-        var serving = {};
-        wanted.forEach(function (deployment, index) { serving[deployment] = answers[index]; });
-        var data = names.filter(function (model) { return serving[routes.models[model]]; })
-            .map(function (model) { return {id: model, object: 'model', owned_by: 'sparkserve'}; });
+        var listed = {};
+        wanted.forEach(function (deployment, index) { listed[deployment] = answers[index]; });
+        var data = names.filter(function (model) { return listed[routes.models[model]] !== null; })
+            .map(function (model) {
+                var own = listed[routes.models[model]].filter(function (entry) { return entry && entry.id === model; });
+                return own.length ? own[0] : {id: model, object: 'model', owned_by: 'sparkserve'};
+            });
         r.headersOut['Content-Type'] = 'application/json';
         r.return(200, JSON.stringify({object: 'list', data: data}));
     });
