@@ -27,9 +27,11 @@ NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 
 @dataclass
 class Engine:
-    """An engine double: its models, the requests it saw, and a gate that holds a stream after its first event."""
+    """An engine double: its models, the requests it saw, and a gate that holds a stream after its first event;
+    while ``loading``, it answers 503 with its own body, as an engine still loading its weights does."""
 
     models: Sequence[str]
+    loading: bool = False
     seen: list[dict[str, Any]] = field(default_factory=list)
     release: threading.Event = field(default_factory=threading.Event)
     server: ThreadingHTTPServer | None = None
@@ -67,6 +69,9 @@ class Engine:
                 request = json.loads(body)
                 engine.seen.append({"path": self.path, "bytes": len(body), "model": request.get("model"),
                                     "authorization": self.headers.get("Authorization")})
+                if engine.loading:
+                    self._json(503, {"error": {"message": "The engine is still loading.", "code": 503}})
+                    return
                 if not request.get("stream"):
                     self._json(200, {"object": "text_completion", "model": request.get("model"),
                                      "choices": [{"index": 0, "text": " Paris"}]})

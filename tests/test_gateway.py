@@ -258,6 +258,23 @@ def test_503_with_retry_after_for_a_deployment_that_is_down_and_the_other_serves
         coder.stop()
 
 
+def test_an_engine_still_loading_is_the_gateways_503_with_retry_after(tmp_path: Path) -> None:
+    big = Engine(["glm"], loading=True).start()
+    gateway = Gateway(tmp_path, free_port())
+    gateway.write([{"deployment": "big", "models": ["glm"], "host": "127.0.0.1", "port": big.port}],
+                  [{"name": "alice", "key": ALICE}])
+    gateway.start()
+    try:
+        error = _error(gateway.request("POST", "/v1/completions", {"prompt": "x", "model": "glm"}, key=ALICE))
+        assert (error["status"], error["code"], error["retry_after"]) == (503, "model_unavailable", "7")
+        assert big.seen, "the request reached the engine, whose own 503 the gateway replaced"
+        big.loading = False
+        assert gateway.request("POST", "/v1/completions", {"prompt": "x", "model": "glm"}, key=ALICE)[0] == 200
+    finally:
+        gateway.stop()
+        big.stop()
+
+
 def test_a_reload_during_a_stream_does_not_cut_it(tmp_path: Path) -> None:
     big = Engine(["glm"]).start()
     gateway = Gateway(tmp_path, free_port())

@@ -340,7 +340,9 @@ def render_config(gateway: Gateway) -> str:
         out += [
             "    location @deployment_%d {" % index,
             "      proxy_pass http://deployment_%d;" % index,
-            *errors,
+            # An engine's own 503 (still loading, dead) gets the gateway's body and Retry-After too.
+            "      proxy_intercept_errors on;",
+            "      error_page 502 503 504 = @unavailable;",
             "    }",
             "    location = /_models/%d {" % index,
             "      internal;",
