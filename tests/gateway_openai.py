@@ -66,7 +66,10 @@ def check_keys(url: str, keys: dict[str, str], models: list[str], first: list[st
            "no key: %s %s" % (plain.status_code, plain.text[:200]))
     print("ok   401 without a key and with a wrong one, in OpenAI's error JSON")
     listed = model_ids(client(url, keys["lab"]))
-    expect(listed == sorted(models), "/v1/models with the lab key lists %s, not %s" % (listed, sorted(models)))
+    if listed != sorted(models):
+        again = client(url, keys["lab"]).models.with_raw_response.list().http_response
+        raise CheckFailedError("/v1/models with the lab key lists %s, not %s; asked again: %s %s %s"
+                               % (listed, sorted(models), again.status_code, dict(again.headers), again.text[:500]))
     listed = model_ids(client(url, keys["first"]))
     expect(listed == sorted(first), "/v1/models with the first key lists %s, not %s" % (listed, sorted(first)))
     print("ok   /v1/models per key: %s; %s" % (", ".join(sorted(models)), ", ".join(sorted(first))))

@@ -112,14 +112,21 @@ function models(r) {
         return r.subrequest('/_models/' + deployment, {method: 'GET'})
             .then(function (reply) {
                 if (reply.status !== 200) {
+                    r.warn('gateway: deployment ' + routes.deployments[deployment] + ' answered GET /v1/models with '
+                           + reply.status + '; its models are left out');
                     return null;
                 }
                 try {
                     return JSON.parse(reply.responseText).data || [];
                 } catch (e) {
+                    r.warn('gateway: deployment ' + routes.deployments[deployment] + ' answered GET /v1/models with '
+                           + 'no JSON list: ' + e);
                     return [];
                 }
-            }, function () { return null; });
+            }, function (e) {
+                r.warn('gateway: GET /v1/models of deployment ' + routes.deployments[deployment] + ' failed: ' + e);
+                return null;
+            });
     })).then(function (answers) {
         var listed = {};
         wanted.forEach(function (deployment, index) { listed[deployment] = answers[index]; });
