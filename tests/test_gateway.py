@@ -179,6 +179,13 @@ def test_models_lists_what_the_key_may_use(live: tuple[Gateway, Engine, Engine])
     assert [m["id"] for m in gateway.request("GET", "/v1/models", key=DAVE)[2]["data"]] == ["glm", "glm-alias"]
 
 
+def test_models_asked_with_a_body_leave_nothing_for_the_next(live: tuple[Gateway, Engine, Engine]) -> None:
+    gateway = live[0]
+    for _ in range(3):  # a GET with a body (some clients send "null"), then others on the same upstream connections
+        status, _, body = gateway.request("GET", "/v1/models", key=ALICE, raw=b'{"pad": "' + b"x" * 64 + b'"}')
+        assert status == 200 and [m["id"] for m in body["data"]] == ["glm", "glm-alias", "qwen-coder"], body
+
+
 def test_403_for_a_model_the_key_may_not_use(live: tuple[Gateway, Engine, Engine]) -> None:
     error = _error(live[0].request("POST", "/v1/completions", {"prompt": "x", "model": "glm"}, key=BOB))
     assert (error["status"], error["code"]) == (403, "model_not_allowed")

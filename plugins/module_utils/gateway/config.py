@@ -349,6 +349,11 @@ def render_config(gateway: Gateway) -> str:
             "      proxy_connect_timeout 2s;",
             "      proxy_read_timeout 5s;",
             "      subrequest_output_buffer_size 256k;",
+            # A subrequest carries its parent's body; a GET that came with one must not leave it on the
+            # kept-alive connection, where the engine would read it as the next request.
+            "      proxy_method GET;",
+            "      proxy_pass_request_body off;",
+            "      proxy_set_header Content-Length \"\";",
             "      proxy_pass http://deployment_%d/v1/models;" % index,
             "    }",
         ]
