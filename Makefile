@@ -125,7 +125,7 @@ molecule-supervisor:
 	@$(TIMED) "molecule supervisor" -- molecule test -s supervisor
 
 # Several deployments on a 2-node lab, then a one-node lab (LAB_NODES=1); not
-# part of make test yet (its 6 min do not fit the budget beside the others).
+# part of make test (its 5 min do not fit the budget beside the others).
 # Its create must always rewrite the lab's cluster file, so its state is reset.
 molecule-fleet:
 	@molecule reset -s fleet >/dev/null 2>&1 || true
