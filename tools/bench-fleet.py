@@ -6,7 +6,8 @@ each other in a temporary folder: ONE, lab-tp2 over both nodes; THREE, the same 
 spark-1 and a second lab-tp1 (``lab-tp1-b``) on spark-2, each placed by memory and given its own ports. It
 converges THREE once (so every deployment serves), then runs, ROUNDS times, a no-op ``site.yml`` over ONE and
 one over THREE, back to back, and prints each pair's wall times and their ratio. THREE's extra deployments
-keep running while ONE runs (an inventory that does not list a deployment leaves it alone).
+keep running while ONE runs (an inventory that does not list a deployment leaves it alone). Both run without
+the gateway, whose play is the same for one deployment or three.
 
     tools/bench-fleet.py [--rounds N] [--keep]
 
@@ -58,6 +59,9 @@ def write(folder: Path, cluster: dict[str, Any], deployments: list[dict[str, Any
     folder.mkdir()
     data = {key: value for key, value in cluster.items() if key != "recipe"}
     data["deployments"] = deployments
+    # The gateway off in both: ONE does not list THREE's other deployments, so its gateway would drop their
+    # routes and THREE's put them back, and no run would be a no-op (lab-tp1-b also serves lab-tp1's names).
+    data["vars"] = dict(data.get("vars") or {}, sparkserve_gateway=False)
     (folder / "cluster.sparks.yml").write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     return folder
 
