@@ -216,14 +216,15 @@ def exec_start(mtail_dir: Path, log_dir: Path, port: int) -> List[str]:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(UNIT.parent)), undefined=jinja2.StrictUndefined,
                              trim_blocks=True, keep_trailing_newline=True, autoescape=False)
     text = env.get_template(UNIT.name).render(ansible_managed="Ansible managed", __gateway_mtail_dir=str(mtail_dir),
-                                              gateway_log_dir=str(log_dir), gateway_metrics_port=port)
+                                              gateway_log_dir=str(log_dir), gateway_metrics_port=port,
+                                              gateway_metrics_address="127.0.0.1")
     [command] = [row[len("ExecStart="):] for row in text.splitlines() if row.startswith("ExecStart=")]
     return shlex.split(command)
 
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[Tuple[int, Path]]:
-    """mtail run with the unit's command line (listening on loopback only here), and the log it follows."""
+    """mtail run with the unit's command line (its address loopback here), and the log it follows."""
     mtail_dir, log_dir = tmp_path / "mtail", tmp_path / "log"
     mtail_dir.mkdir()
     log_dir.mkdir()
@@ -233,7 +234,8 @@ def served(tmp_path: Path) -> Iterator[Tuple[int, Path]]:
     port = free_port()
     argv = exec_start(mtail_dir, log_dir, port)
     assert argv[0] == "/usr/bin/mtail"
-    process = subprocess.Popen([mtail(), *argv[1:], "--address", "127.0.0.1"], stdout=subprocess.DEVNULL,
+    assert argv[argv.index("--address") + 1] == "127.0.0.1", "the unit listens on gateway_metrics_address only"
+    process = subprocess.Popen([mtail(), *argv[1:]], stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, text=True)
     try:
         assert scrape(port, lambda text: f"{UNPARSED} " in text) is not None, "mtail did not serve its metrics"
