@@ -47,10 +47,16 @@ gateway_bench = load_script("tools/bench-gateway.py", "bench_gateway")
 
 
 def test_the_gateway_benchmark_reads_throughput_and_median_ttft_of_each_cell() -> None:
-    results = {"cells": [{"metrics": {"tok_s": 40.0}, "percentiles": {"ttft_ms": {"p50": 12.0}}},
-                         {"metrics": {"tok_s": 2.5}, "percentiles": {"ttft_ms": {"p50": None}}}]}
-    assert gateway_bench.figures(results) == (42.5, [0.012])
-    assert gateway_bench.figures({"cells": []}) == (0.0, [])
+    results = {"cells": [{"id": "a/c1", "metrics": {"tok_s": 40.0}, "percentiles": {"ttft_ms": {"p50": 12.0}}},
+                         {"id": "a/c16", "metrics": {"tok_s": 2.5}, "percentiles": {"ttft_ms": {"p50": None}}}]}
+    assert gateway_bench.figures(results) == (42.5, {"a/c1": 12.0})
+    assert gateway_bench.figures({"cells": []}) == (0.0, {})
+
+
+def test_the_gateway_benchmark_pairs_each_cell_with_itself_in_the_same_round() -> None:
+    direct = [{"a": 40.0, "b": 20.0}, {"a": 50.0, "b": 21.0}]
+    gateway = [{"a": 41.0, "b": 20.5}, {"a": 50.25}]  # round 2 measured no TTFT for b through the gateway
+    assert gateway_bench.ttft_added_ms(direct, gateway) == {"a": [1.0, 0.25], "b": [0.5]}
 
 
 def test_the_fleet_benchmark_inventories_place_three_deployments_on_two_nodes(tmp_path: Path) -> None:
