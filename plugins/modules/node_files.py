@@ -20,6 +20,8 @@ description:
     whose content is right but whose mode is not only has its mode fixed.
   - A directory this module makes that is not listed in O(directories) (a missing parent of a listed
     directory or of a file) gets mode C(0755).
+  - Files below a directory with O(directories[].prune) that match its pattern and are not listed, and the
+    paths of O(absent), are removed after everything is written.
   - Every item is checked before anything is written; when one is refused the module fails naming it (never
     showing any content) and the node is left as it was. Refused are a path that is not absolute, a mode that
     is not a string of octal digits, content that is not text, a file whose path is an existing directory (or
@@ -47,6 +49,12 @@ options:
           - A number is refused, as YAML may read an unquoted 0755 as the decimal 493.
         type: raw
         default: "0755"
+      prune:
+        description:
+          - A file name pattern (C(*.py)); files below the directory, at any depth, whose name matches it and
+            that O(files) does not list are removed, so that the directory holds what is listed and nothing
+            left from before. Links matching it are removed too; folders are left.
+        type: str
   files:
     description: Files to write, in order.
     type: list
@@ -95,6 +103,13 @@ options:
       mode:
         description: The file's mode; by default the mode it has, or V(0600) for a new file.
         type: raw
+  absent:
+    description:
+      - Files (or links) that must not be on the node, removed when there. A path that is a directory, or
+        that O(files) or O(directories) lists, is refused.
+    type: list
+    elements: str
+    default: []
 extends_documentation_fragment:
   - sparkserve.deploy.attributes
 attributes:
@@ -143,7 +158,8 @@ changed_paths:
   description:
     - Every directory and file made or changed (in check mode, that would be), in the order it was done.
     - Directories come first, in the order of O(directories), each after the missing parents made for it;
-      then the files in the order of O(files), each after a missing parent made for it.
+      then the files in the order of O(files), each after a missing parent made for it; then the files
+      removed (those below a pruned directory, then those of O(absent)).
   returned: always
   type: list
   elements: str
@@ -158,6 +174,7 @@ diff:
       as M(ansible.builtin.copy) does.
     - A directory's entry holds C(before) and C(after) as mappings of C(path), C(state) and C(mode), as
       M(ansible.builtin.file) gives them, and its path as C(before_header) and C(after_header).
+    - A removed file's entry holds C(before) (state C(file)) and C(after) (state C(absent)).
   returned: changed and in diff mode
   type: list
   elements: dict
@@ -175,6 +192,7 @@ failed_path:
   type: str
 """
 
+import fnmatch
 import os
 import re
 import stat
@@ -203,7 +221,7 @@ class ItemError(Exception):
 
 @dataclass
 class Action:
-    """One change to make: ``kind`` is mkdir, chmod (a directory or a file) or write."""
+    """One change to make: ``kind`` is mkdir, chmod (a directory or a file), write or remove."""
 
     kind: str
     path: str
@@ -217,6 +235,7 @@ class WantDir:
     path: str
     mode: int
     listed: bool
+    prune: str | None = None
 
 
 @dataclass
@@ -277,14 +296,17 @@ def read_items(directories: Sequence[Mapping[str, Any]], files: Sequence[Mapping
         what = f"directories[{index}] ({item.get('path')})"
         path = normal_path(item.get("path"), what, errors)
         mode = parse_mode(item.get("mode"), what, errors)
+        prune = item.get("prune") or None
         if path is None or mode is None:
             continue
         if path == "/":
             errors.append(f"{what}: / cannot be listed")
+        elif prune is not None and (not isinstance(prune, str) or "/" in prune):
+            errors.append(f"{what}: prune {prune!r} is not a file name pattern such as \"*.py\"")
         elif path in dirs and dirs[path].mode != mode:
             errors.append(f"{what}: listed twice, with modes {mode_text(dirs[path].mode)} and {mode_text(mode)}")
         else:
-            dirs.setdefault(path, WantDir(path, mode, True))
+            dirs.setdefault(path, WantDir(path, mode, True, prune))
     wanted: dict[str, WantFile] = {}
     for index, item in enumerate(files):
         what = f"files[{index}] ({item.get('dest')})"
@@ -470,7 +492,46 @@ class Planner:
                                        diff=file_diff(want.dest, have, have_mode, want.data, want.mode)))
 
 
-def plan(directories: Sequence[Mapping[str, Any]], files: Sequence[Mapping[str, Any]]) -> list[Action]:
+def removal(path: str) -> Action:
+    return Action("remove", path, 0, diff={"before_header": path, "after_header": path,
+                                           "before": {"path": path, "state": "file"},
+                                           "after": {"path": path, "state": "absent"}})
+
+
+def unlisted(want: WantDir, listed: set[str]) -> list[str]:
+    """The files below WANT matching its prune pattern that are not listed, sorted."""
+    found: list[str] = []
+    if want.prune is None or not os.path.isdir(want.path):
+        return found
+    for folder, _, names in os.walk(want.path):
+        found += [os.path.join(folder, name) for name in names
+                  if fnmatch.fnmatchcase(name, want.prune) and os.path.join(folder, name) not in listed]
+    return sorted(found)
+
+
+def removals(dirs: Sequence[WantDir], wanted: Sequence[WantFile], absent: Sequence[Any]) -> list[Action]:
+    """The files to remove: unlisted ones below a pruned directory, and those of ``absent`` that are there."""
+    listed = {w.dest for w in wanted}
+    errors: list[str] = []
+    paths: list[str] = [path for want in dirs for path in unlisted(want, listed)]
+    for index, value in enumerate(absent):
+        what = f"absent[{index}] ({value})"
+        path = normal_path(value, what, errors)
+        if path is None:
+            continue
+        if path in listed or path in {d.path for d in dirs}:
+            errors.append(f"{what}: the path is also listed to be kept")
+        elif os.path.isdir(path) and not os.path.islink(path):
+            errors.append(f"{what}: it is a directory; absent removes files")
+        elif lstat(path) is not None and path not in paths:
+            paths.append(path)
+    if errors:
+        raise ItemError(errors)
+    return [removal(path) for path in paths]
+
+
+def plan(directories: Sequence[Mapping[str, Any]], files: Sequence[Mapping[str, Any]],
+         absent: Sequence[Any] = ()) -> list[Action]:
     """What must change for the node to hold the items; raise ItemError (the node untouched) on a bad item."""
     dirs, wanted = read_items(directories, files)
     planner = Planner(dirs)
@@ -486,7 +547,7 @@ def plan(directories: Sequence[Mapping[str, Any]], files: Sequence[Mapping[str, 
             planner.errors.append(f"file {want_file.dest}: cannot be read: {err.strerror}")
     if planner.errors:
         raise ItemError(planner.errors)
-    return planner.actions
+    return planner.actions + removals(dirs, wanted, absent)
 
 
 def apply(action: Action) -> None:
@@ -495,6 +556,11 @@ def apply(action: Action) -> None:
         os.chmod(action.path, action.mode)  # mkdir's mode is cut by the umask
     elif action.kind == "chmod":
         os.chmod(action.path, action.mode)
+    elif action.kind == "remove":
+        try:
+            os.unlink(action.path)
+        except FileNotFoundError:
+            pass
     else:
         write_atomic(action.path, action.data, action.mode)
 
@@ -536,6 +602,7 @@ def main() -> None:
             "directories": {"type": "list", "elements": "dict", "default": [], "options": {
                 "path": {"type": "str", "required": True},
                 "mode": {"type": "raw", "default": "0755"},
+                "prune": {"type": "str"},
             }},
             "files": {"type": "list", "elements": "dict", "default": [], "options": {
                 "dest": {"type": "str", "required": True},
@@ -548,12 +615,13 @@ def main() -> None:
                 "content": {"type": "str", "required": True},
                 "mode": {"type": "raw"},
             }},
+            "absent": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
     try:
         files = list(module.params["files"]) + block_files(module.params["blocks"])
-        actions = plan(module.params["directories"], files)
+        actions = plan(module.params["directories"], files, module.params["absent"])
     except ItemError as err:
         module.fail_json(msg=err.msg, errors=err.errors, changed=False, changed_paths=[])
     done: list[str] = []

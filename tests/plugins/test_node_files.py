@@ -414,3 +414,40 @@ def test_a_block_makes_a_missing_file_with_mode_0600_and_checks_like_a_file(tmp_
     assert config.read_text() == "# BEGIN m\nHost a\n    HostName 10.0.0.1\n# END m\n" and mode_of(config) == 0o600
     refused = run_main({"blocks": [dict(block, path="relative/config")]}, capsys)
     assert refused["failed"] and "relative/config" in refused["msg"]
+
+
+def test_a_pruned_directory_loses_the_unlisted_files_of_its_pattern_only(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    package = tmp_path / "lib" / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "gone.py").write_text("old\n")
+    (package / "sub" / "gone_too.py").write_text("old\n")
+    (package / "notes.txt").write_text("kept: not *.py\n")
+    legacy = tmp_path / "legacy.py"
+    legacy.write_text("from older releases\n")
+    args = {"directories": [{"path": str(package), "prune": "*.py"}],
+            "files": [{"dest": str(package / "kept.py"), "content": "x = 1\n"}],
+            "absent": [str(legacy), str(tmp_path / "never-there.py")]}
+    before = snapshot(tmp_path)
+    checked = run_main(dict(args, _ansible_check_mode=True, _ansible_diff=True), capsys)
+    assert snapshot(tmp_path) == before  # check mode removes nothing
+    assert checked["changed_paths"] == [str(package / "kept.py"), str(package / "gone.py"),
+                                        str(package / "sub" / "gone_too.py"), str(legacy)]
+    assert checked["diff"][-1]["after"] == {"path": str(legacy), "state": "absent"}
+    done = run_main(args, capsys)
+    assert done["changed_paths"] == checked["changed_paths"]
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file()) == [
+        "lib/pkg/kept.py", "lib/pkg/notes.txt"]
+    assert run_main(args, capsys)["changed"] is False  # a second run changes nothing
+
+
+def test_absent_refuses_a_directory_or_a_path_it_is_told_to_keep(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    kept = tmp_path / "kept.py"
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    before = snapshot(tmp_path)
+    result = run_main({"files": [{"dest": str(kept), "content": "x\n"}], "absent": [str(folder), str(kept)]},
+                      capsys)
+    assert result["failed"] is True and snapshot(tmp_path) == before
+    assert [e.split(":")[0] for e in result["errors"]] == [f"absent[0] ({folder})", f"absent[1] ({kept})"]

@@ -275,9 +275,16 @@ def test_each_unit_puts_the_library_on_pythonpath_and_names_its_fingerprint(role
 def test_the_install_writes_every_python_file_of_the_library_and_removes_what_it_no_longer_has() -> None:
     steps = tasks("roles/sparkserve/tasks/node_library.yml")
     assert [next(k for k in task if "." in k) for task in steps] == [
-        "sparkserve.deploy.node_files", "ansible.builtin.find", "ansible.builtin.file", "ansible.builtin.set_fact"]
-    assert steps[-1]["ansible.builtin.set_fact"] == {"sparkserve_node_library_installed": True}  # type: ignore[index]
-    assert steps[0]["sparkserve.deploy.node_files"]["files"] == "{{ __sparkserve_node_library_files }}"  # type: ignore[index]
+        "sparkserve.deploy.node_files", "ansible.builtin.set_fact"]
+    install = steps[0]["sparkserve.deploy.node_files"]
+    assert install["files"] == "{{ __sparkserve_node_library_files }}"  # type: ignore[index]
+    # One round trip: the Python files the library no longer has go in the same task.
+    assert install["directories"][1] == {"path": "{{ __sparkserve_node_library_package }}",  # type: ignore[index]
+                                         "prune": "*.py"}
+    assert install["absent"] == ["{{ sparkserve_programs_dir }}/sparkserve_textfile.py"]  # type: ignore[index]
+    # Noted on every inventory host of the node, so a second deployment there does not install it again.
+    assert steps[1]["ansible.builtin.set_fact"] == {"sparkserve_node_library_installed": True}  # type: ignore[index]
+    assert steps[1]["delegate_facts"] is True and steps[1]["loop"] == "{{ __sparkserve_node_hosts }}"
     variables = yaml.safe_load((ROOT / "roles/sparkserve/vars/main.yml").read_text(encoding="utf-8"))
     assert variables["__sparkserve_node_library_package"] == "{{ sparkserve_node_library_dir }}/sparkserve_node"
     assert "reject('search', '__pycache__')" in variables["__sparkserve_node_library_paths"]
