@@ -15,10 +15,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jinja2
 import pytest
 import yaml
 from sparkserve_node import textfile
 
+from ansible_collections.sparkserve.deploy.plugins.filter.node_name import node_name
 from tests.roles import exposition, node_layout
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -297,3 +299,22 @@ def test_the_shared_variables_name_the_library_below_the_project_and_its_node_fo
     assert Path(library) == node_layout.NODE_LIBRARY
     assert Path(textfile.__file__).resolve().parent == node_layout.NODE_LIBRARY
     assert defaults["sparkserve_node_library_dir"] == "{{ sparkserve_programs_dir }}/python"
+
+
+@pytest.mark.parametrize(("host", "node_of", "expected"), [
+    # Several deployments: each rank is its own inventory host, sparkserve_node names its node.
+    ("lab-tp1@spark-1", {"lab-tp2@spark-1": "spark-1", "lab-tp2@spark-2": "spark-2", "lab-tp1@spark-1": "spark-1"},
+     ["lab-tp2@spark-1", "lab-tp1@spark-1"]),
+    # A plain inventory of one deployment: each host is its own node.
+    ("spark-2", {"spark-1": None, "spark-2": None}, ["spark-2"]),
+])
+def test_the_library_is_noted_on_every_host_of_the_play_on_the_same_node(
+        host: str, node_of: dict[str, str | None], expected: list[str]) -> None:
+    expression = yaml.safe_load((ROOT / "roles/sparkserve/vars/main.yml").read_text("utf-8"))["__sparkserve_node_hosts"]
+    environment = jinja2.Environment()
+    environment.filters["sparkserve.deploy.node_name"] = node_name
+    environment.filters["zip"] = lambda first, *others: list(zip(first, *others, strict=False))  # Ansible's zip
+    hostvars = {name: ({"sparkserve_node": node} if node else {}) for name, node in node_of.items()}
+    rendered = environment.from_string(expression).render(
+        ansible_play_hosts_all=list(node_of), hostvars=hostvars, inventory_hostname=host)
+    assert ast.literal_eval(rendered.strip()) == expected
