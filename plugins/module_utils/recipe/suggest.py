@@ -5,7 +5,10 @@ meant, at its own level of the schema, one level down (``tensor`` at the top
 is ``parallel.tensor``), one level up, or in a sibling section.
 ``near_owned_flag`` finds the flag sparkserve sets itself that an
 ``engine_args`` key is one letter off, ``near_flags`` the engine's flags an
-unknown one probably meant. ``explain_mismatch`` says what is
+unknown one probably meant. ``flag_home`` says where a recipe key that is an
+engine flag (``tensor_parallel_size``, ``--max-model-len``, ``tp_size``, a
+letter off one) belongs: the field sparkserve sets the flag from, or
+``engine_args``. ``explain_mismatch`` says what is
 wrong with a value that does not match its field's pattern, more precisely
 than the field's hint (a digest one digit short, a capital in a commit).
 
@@ -17,8 +20,9 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from typing import Any, List, Mapping, Optional, Tuple
+from typing import Any, List, Mapping, NamedTuple, Optional, Tuple
 
+from ansible_collections.sparkserve.deploy.plugins.module_utils.engines import ENGINES, known_flags
 from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe.schema import (
     _HEX40,
     _HEX64,
@@ -81,8 +85,8 @@ def _candidates(chain: List[Tuple[str, Mapping[str, Any]]]) -> List[Tuple[int, s
     return found
 
 
-def suggest_fields(key: str, path: str) -> List[str]:
-    """The fields KEY, an unknown key of the mapping at PATH, probably meant; best first, at most three."""
+def scored_fields(key: str, path: str) -> Tuple[List[str], float]:
+    """``suggest_fields``' answer, with how close the best of them is (difflib's ratio, 1.0 for the very name)."""
     wanted = key.lower().replace("-", "_")
     scored = []
     for distance, name, full in _candidates(_chain(path)):
@@ -90,8 +94,15 @@ def suggest_fields(key: str, path: str) -> List[str]:
         if ratio >= _FIELD_CUTOFF:
             scored.append((-ratio, distance, full))
     scored.sort()
-    best = [full for ratio, _, full in scored if ratio <= scored[0][0] + 0.05] if scored else []
-    return list(dict.fromkeys(best))[:3]
+    if not scored:
+        return [], 0.0
+    best = [full for ratio, _, full in scored if ratio <= scored[0][0] + 0.05]
+    return list(dict.fromkeys(best))[:3], -scored[0][0]
+
+
+def suggest_fields(key: str, path: str) -> List[str]:
+    """The fields KEY, an unknown key of the mapping at PATH, probably meant; best first, at most three."""
+    return scored_fields(key, path)[0]
 
 
 # ---------------------------------------------------------------- engine flags
@@ -138,6 +149,77 @@ def near_flags(flag: str, flags: Mapping[str, str]) -> List[str]:
     if longer:
         return longer[:3]
     return difflib.get_close_matches(flag, list(flags), n=2, cutoff=_FLAG_CUTOFF)
+
+
+class FlagHome(NamedTuple):
+    """Where a recipe key that is (or is close to) an engine flag belongs."""
+
+    flag: str  # the flag as the engine spells it, without dashes
+    engine: str  # the engine whose flag it is
+    field: str  # owned: the recipe field (or the words) sparkserve sets it from; "" when it goes in engine_args
+    exact: bool  # the key is the flag itself, in another spelling (dashes, underscores, case)
+    ratio: float  # how close the key is to the flag (difflib's ratio, 1.0 when exact)
+    stranger: str = ""  # the recipe's engine when the flag is another engine's and this one lacks it
+
+
+def _engine_flags(engine: str, version: Optional[str]) -> Mapping[str, str]:
+    """ENGINE's flag list: of VERSION where this checkout ships it, else of the newest shipped; {} without one."""
+    for wanted in (version, known_flags.newest(engine)):
+        if isinstance(wanted, str) and wanted:
+            try:
+                return known_flags.load(engine, wanted).flags
+            except (FileNotFoundError, ValueError):
+                continue
+    return {}
+
+
+def flag_home(key: str, engine: Any = None, version: Any = None) -> Optional[FlagHome]:
+    """Where KEY, a recipe key that is not a field, belongs if it is an engine flag; None when it is not one.
+
+    ENGINE is the recipe's ``engine`` (its flags are looked at first, and only
+    its own flag list for ``engine_args``; with no known engine, every
+    engine's), VERSION its ``engine_flags.version``. The flags an adapter owns
+    are the same recipe fields whatever the engine, so every engine's owned
+    flags are looked at (``tp_size`` in a vLLM recipe is ``parallel.tensor``).
+    Any spelling of the flag is the flag (``--tensor-parallel-size``,
+    ``tensor_parallel_size``); else a flag sparkserve owns one letter off,
+    else the engine's close match or the one flag the key abbreviates; else,
+    last, another engine's flag that the recipe's engine lacks (``stranger``).
+    """
+    flag = key.strip().lstrip("-").lower().replace("_", "-")
+    if not flag or not re.match(r"^[a-z0-9][a-z0-9.-]*$", flag):
+        return None
+    if not isinstance(engine, str):
+        engine = None
+    names = ([engine] if engine in ENGINES else []) + sorted(name for name in ENGINES if name != engine)
+    adapters = [ENGINES[name] for name in names]
+    # Another engine's flags go in engine_args only when the recipe names no engine sparkserve knows.
+    listed = [(adapter, _engine_flags(adapter.name, version if adapter.name == engine else None))
+              for adapter in (adapters[:1] if engine in ENGINES else adapters)]
+    for adapter in adapters:
+        if flag in adapter.owned_flags:
+            return FlagHome(flag, adapter.name, adapter.owned_flags[flag], True, 1.0)
+    for adapter, flags in listed:
+        if flag in flags:
+            return FlagHome(flag, adapter.name, "", True, 1.0)
+    for adapter in adapters:
+        near = near_owned_flag(flag, adapter.owned_flags)
+        if near:
+            return FlagHome(near, adapter.name, adapter.owned_flags[near], False,
+                            difflib.SequenceMatcher(None, flag, near).ratio())
+    for adapter, flags in listed:
+        found = near_flags(flag, flags)
+        if found and found[0].startswith(flag) and (len(found) > 1 or len(flag) < 4):
+            continue  # an abbreviation of several flags, or too short to tell
+        if found:
+            owned = adapter.owned_flags.get(found[0], "")
+            return FlagHome(found[0], adapter.name, owned, False,
+                            difflib.SequenceMatcher(None, flag, found[0]).ratio())
+    if engine in ENGINES:
+        for adapter in adapters[1:]:
+            if flag in _engine_flags(adapter.name, None):
+                return FlagHome(flag, adapter.name, "", True, 1.0, engine)
+    return None
 
 # ---------------------------------------------------------------- values
 

@@ -2,7 +2,8 @@
 
 ``Checker`` walks a loaded recipe against ``RECIPE_SPEC`` (schema.py): each
 field's type, choices, pattern and range, the unknown keys (with the close
-match), the required fields, the defaults and ``default_template``. ``resolve``
+match, or, for a key that is an engine flag, the field that carries it or
+``engine_args``), the required fields, the defaults and ``default_template``. ``resolve``
 fills every ``KEY`` from the variable its ``KEY_from`` names and reports each
 variable that is not set; ``variables_named`` lists those variables. ``message``
 and ``show`` word every problem, here and in checks.py: the recipe, the field,
@@ -19,6 +20,7 @@ import re
 import string
 from typing import Any, Callable, Dict, List, Mapping, Tuple
 
+from ansible_collections.sparkserve.deploy.plugins.module_utils.engines import known_flags
 from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe import suggest
 from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe.schema import _VARIABLE, RECIPE_SPEC
 from ansible_collections.sparkserve.deploy.plugins.module_utils.secrets import MASK, looks_like_token, looks_secret
@@ -68,6 +70,48 @@ def _join(path: str, key: str) -> str:
     return "%s.%s" % (path, key) if path else key
 
 
+def _is_field(words: str) -> bool:
+    """Whether an owned flag's WORDS (engine adapters' owned_flags values) are a recipe field, not a description."""
+    return " " not in words and words.split(".")[0] in (RECIPE_SPEC.get("options") or {})
+
+
+def _flag_file(engine: str) -> str:
+    """Where ENGINE's newest shipped flag list is (for a message)."""
+    newest = known_flags.newest(engine)
+    return "plugins/module_utils/engines/flags/%s-%s.json" % (engine, newest) if newest \
+        else "plugins/module_utils/engines/flags/"
+
+
+def unknown_key_error(name: str, path: str, key: str, value: Any, options: Mapping[str, Any],
+                      engine: Any = None, version: Any = None) -> str:
+    """The one sentence for KEY, which the mapping at PATH (of the fields OPTIONS) does not have: its close
+    field, the field or engine_args that carries the engine flag it is, or the mapping's fields.
+
+    ENGINE and VERSION are the recipe's engine and engine_flags.version, as given."""
+    where = path or "a recipe"
+    here = _join(path, key)
+    near, closeness = suggest.scored_fields(key, path)
+    home = suggest.flag_home(key, engine, version)
+    if home is not None and closeness < 1.0 and (home.exact or home.ratio > closeness):
+        shown = MASK if looks_secret(home.flag) or holds_token(value) else show(value)
+        if home.stranger:
+            fix = ("which %s, this recipe's engine, does not have: give %s's own flag in engine_args (its flags "
+                   "are in %s)" % (home.stranger, home.stranger, _flag_file(home.stranger)))
+        elif not home.field:
+            fix = "which goes in engine_args: write `engine_args: {%s: %s}`%s instead" % (
+                home.flag, shown, " at the top of the recipe" if path else "")
+        elif _is_field(home.field):
+            fix = "which sparkserve sets itself from `%s`: set `%s` instead and remove this key" % (
+                home.field, home.field)
+        else:
+            fix = "which sparkserve sets itself from %s: remove this key" % home.field
+        return "recipe %s: %s is %s, and not a field of %s; %s the %s flag --%s, %s." % (
+            name, here, shown, where, "it is" if home.exact else "it looks like", home.engine, home.flag, fix)
+    fix = ("did you mean %s? (the fields are in recipes/README.md)" % " or ".join("`%s`" % n for n in near)
+           if near else "use one of: %s (see recipes/README.md)" % ", ".join(options))
+    return "recipe %s: %s is not a field of %s; %s." % (name, here, where, fix.rstrip("."))
+
+
 # ---------------------------------------------------------------- checking
 
 def is_type(value: Any, kind: str) -> bool:
@@ -102,6 +146,10 @@ class Checker:
         self.name = name
         self.resolved = resolved  # dotted path -> variable it was taken from
         self.errors: List[str] = []
+        # The recipe's engine and engine_flags.version, as given (read by mapping at the top): an unknown key
+        # that is an engine flag is looked up in that engine's flags.
+        self.engine: Any = None
+        self.flags_version: Any = None
 
     def label(self, path: str) -> str:
         return field_label(path, self.resolved)
@@ -112,7 +160,7 @@ class Checker:
     def field(self, spec: Mapping[str, Any], value: Any, path: str) -> Any:
         kind = spec.get("type", "raw")
         if not is_type(value, kind):
-            self.error(path, value, _type_fix(kind, value))
+            self.error(path, value, _type_fix(kind, value) + self._flag_hint(path, kind))
             return value
         if kind == "dict":
             if "options" in spec:
@@ -162,17 +210,24 @@ class Checker:
             out[key] = item
         return out
 
+    def _flag_hint(self, path: str, kind: str) -> str:
+        """For a section given a plain value whose name is also an engine flag (``host: 0.0.0.0``): its field."""
+        key = re.split(r"[.\[]", path)[-1]
+        home = suggest.flag_home(key, self.engine, self.flags_version) if kind == "dict" else None
+        if home is None or not home.exact or not _is_field(home.field) or home.field.startswith(path + "."):
+            return ""
+        return "; if it is the %s flag --%s, set `%s` instead" % (home.engine, home.flag, home.field)
+
     def mapping(self, spec: Mapping[str, Any], value: Dict[Any, Any], path: str) -> Dict[str, Any]:
         options: Mapping[str, Any] = spec["options"]
+        if not path:
+            self.engine = value.get("engine")
+            flags = value.get("engine_flags")
+            self.flags_version = flags.get("version") if isinstance(flags, dict) else None
         for key in value:
             if key not in options:
-                where = path or "a recipe"
-                near = suggest.suggest_fields(str(key), path)
-                fix = ("did you mean %s? (the fields are in recipes/README.md)"
-                       % " or ".join("`%s`" % n for n in near) if near
-                       else "use one of: %s (see recipes/README.md)" % ", ".join(options))
-                self.errors.append("recipe %s: %s is not a field of %s; %s."
-                                   % (self.name, _join(path, str(key)), where, fix.rstrip(".")))
+                self.errors.append(unknown_key_error(self.name, path, str(key), value[key], options,
+                                                     self.engine, self.flags_version))
         for group in spec.get("one_of", []):
             self.one_of(group, value, path)
         grouped = {key for group in spec.get("one_of", []) for key in group}
