@@ -17,6 +17,7 @@ from typing import IO, Any
 from rich.console import Console
 
 from ansible_collections.sparkserve.deploy.plugins.module_utils import run_stats
+from sparkserve import recipe_cmd
 from sparkserve.ask import AskError, complete
 from sparkserve.deployments import Reader, read_inventory, scope
 from sparkserve.display import Display, JsonDisplay, LiveDisplay, PlainDisplay, QuietDisplay, duration
@@ -121,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
         if verb == "up":
             sub.add_argument("--ask", metavar="PROMPT",
                              help="once it serves, send the endpoint this prompt and print the completion")
+    recipe_cmd.add_parser(verbs)
     return parser
 
 
@@ -181,6 +183,7 @@ class Context:
     stderr: IO[str] = field(default_factory=lambda: sys.stderr)
     run: Callable[[dict[str, Any]], RunResult] = run_playbook
     ask_password: Callable[[str], str] = getpass.getpass
+    ask: Callable[[str], str] = input  # a yes or no
     follow: Callable[[list[str]], int] = subprocess.call
     read_deployments: Reader = read_inventory  # the inventory's deployments, for --deployment
     kill: Callable[[int, int], None] = os.kill  # how Ctrl-C reaches ansible-playbook
@@ -353,6 +356,9 @@ def main(argv: Sequence[str] | None = None, ctx: Context | None = None) -> int:
     args = build_parser().parse_args(argv)
     ctx = ctx or Context()
     try:
+        if args.verb == "recipe":
+            return recipe_cmd.execute(args, ctx.root, ctx.cwd, ctx.environ, ctx.stdout, ctx.stderr, ctx.ask,
+                                      ctx.ask_password, ctx.is_tty)
         return execute(args, ctx)
     except UsageError as error:
         ctx.stderr.write(f"sparkserve {args.verb}: {error}\n")

@@ -15,6 +15,7 @@ from ansible_collections.sparkserve.deploy.plugins.module_utils.engines import E
 from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe.render import render_rank
 from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe.schema import RECIPE_SCHEMA
 from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe.validate import (
+    by_digest,
     validate_for_cluster,
     validate_recipe,
     variables_named,
@@ -119,7 +120,7 @@ def test_optional_sections_are_accepted() -> None:
         kv_cache={"dtype": "fp8", "block_size": 2304, "memory_gib_per_rank": 8},
         launch={"memory_limit": "110g", "extra_ports": [30000]},
     ))
-    assert recipe["draft_model"] == {"repo": "org/draft", "revision": COMMIT, "revision_from": None,
+    assert recipe["draft_model"] == {"repo": "org/draft", "revision": COMMIT, "revision_from": None, "track": None,
                                      "gated": False, "path_in_container": "/models/draft", "file_overrides": []}
     assert recipe["bench"]["gates"]["throughput_floor"] == 0.98
 
@@ -130,8 +131,9 @@ def test_style_example_revision_main() -> None:
     data = base(name="glm53-fp4local-mtp-tp2",
                 model={"repo": "nvidia/GLM-5.3-Flash-FP4-Local", "revision": "main", "served_name": "glm"})
     assert one_error(data, name="glm53-fp4local-mtp-tp2") == (
-        'recipe glm53-fp4local-mtp-tp2: model.revision is "main"; pin the full 40-character commit '
-        '(HfApi().model_info(repo, revision="main").sha gives it).'
+        'recipe glm53-fp4local-mtp-tp2: model.revision is "main"; pin the full 40-character commit: sparkserve '
+        'recipe pin glm53-fp4local-mtp-tp2 asks the hub what main points to and writes it, keeping main as track '
+        '(HfApi().model_info(repo, revision="main").sha gives it too).'
     )
 
 
@@ -143,7 +145,7 @@ def test_short_commit_is_refused() -> None:
 def test_image_by_tag_is_refused() -> None:
     message = one_error(base(image="eugr/spark-vllm-b12x:latest"))
     assert message.startswith('recipe t: image is "eugr/spark-vllm-b12x:latest"; pin the image by digest')
-    assert "REPO@sha256:<64 hex>" in message
+    assert "REPO:TAG@sha256:<64 hex>: sparkserve recipe pin t asks the registry and writes it" in message
 
 
 def test_image_with_a_short_digest_is_refused() -> None:
@@ -208,7 +210,7 @@ def test_unknown_keys_are_errors_at_every_level() -> None:
     assert errors[0] == ("recipe t: served_name is not a field of a recipe; did you mean `model.served_name`? "
                          "(the fields are in recipes/README.md).")
     assert any(e.startswith("recipe t: model.sha is not a field of model; use one of: repo, revision, "
-                            "revision_from, served_name, aliases, gated, path_in_container") for e in errors)
+                            "revision_from, track, served_name, aliases, gated, path_in_container") for e in errors)
     assert "recipe t: launch.ordre is not a field of launch; did you mean `launch.order`? " \
            "(the fields are in recipes/README.md)." in errors
 
@@ -1037,3 +1039,13 @@ def test_qualify_suite_names_one_of_the_bench_suites() -> None:
     assert "bench.qualify_suite" in message and '"coding_peak"' in message
     assert "name one of bench.suites (coding-peak)" in message
     assert "none yet" in one_error(base(bench={"qualify_suite": "canary"}))
+
+
+@pytest.mark.parametrize(("written", "pulled"), [
+    ("registry.local:5000/team/vllm:25.11@sha256:" + "a" * 64, "registry.local:5000/team/vllm@sha256:" + "a" * 64),
+    ("vllm/vllm-openai:latest@sha256:" + "b" * 64, "vllm/vllm-openai@sha256:" + "b" * 64),
+    ("registry.local:5000/team/vllm@sha256:" + "c" * 64, "registry.local:5000/team/vllm@sha256:" + "c" * 64),
+])
+def test_a_tag_beside_the_digest_is_dropped_from_what_the_nodes_pull(written: str, pulled: str) -> None:
+    assert by_digest(written) == pulled
+    assert valid(base(image=written))["image"] == pulled

@@ -93,7 +93,9 @@ def test_failure_joins_every_message(capsys: pytest.CaptureFixture[str]) -> None
     assert errors[0].startswith('recipe lab-tp2: image (from the variable lab_engine_image) is '
                                 '"sparkserve/engine:latest"; pin the image by digest')
     assert errors[1] == ('recipe lab-tp2: model.revision (from the variable lab_model_revision) is "main"; pin the '
-                         'full 40-character commit (HfApi().model_info(repo, revision="main").sha gives it).')
+                         'full 40-character commit: sparkserve recipe pin lab-tp2 asks the hub what main points to '
+                         'and writes it, keeping main as track (HfApi().model_info(repo, revision="main").sha gives '
+                         'it too).')
     assert errors[2] == 'recipe lab-tp2: launch.order is "sideways"; use one of: workers_first, head_first.'
     assert "instanttensor" in errors[3] and "2-node" in errors[3]
 

@@ -34,11 +34,12 @@ _IMAGE = r"^(?:%s)?%s(?:/%s)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?@sha256:[0-9
 _API_HOST = r"^(?![^:]*:[^:]*$)[A-Za-z0-9._:%-]+$"
 
 _IMAGE_HINT = (
-    "pin the image by digest, REPO@sha256:<64 hex> (docker buildx imagetools inspect IMAGE "
-    "prints the digest); a tag alone can move under the recipe"
+    "pin the image by digest, REPO:TAG@sha256:<64 hex>: sparkserve recipe pin {recipe} asks the registry and "
+    "writes it (docker buildx imagetools inspect IMAGE prints the digest too); a tag alone can move under the recipe"
 )
 _REVISION_HINT = (
-    'pin the full 40-character commit (HfApi().model_info(repo, revision="{value}").sha gives it)'
+    "pin the full 40-character commit: sparkserve recipe pin {recipe} asks the hub what {value} points to and "
+    'writes it, keeping {value} as track (HfApi().model_info(repo, revision="{value}").sha gives it too)'
 )
 _FROM_HINT = "give the name of an inventory variable, letters, digits and underscores"
 # A path inside a folder: relative, without spaces, and no part of it "..".
@@ -131,6 +132,14 @@ _PINNED_REPO: Dict[str, Any] = {
     "revision_from": _from("revision", "the commit",
                            'the full 40-character commit of {repo} (HfApi().model_info("{repo}").sha gives '
                            "the newest)"),
+    "track": {
+        "type": "str",
+        "pattern": r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$",
+        "hint": "give the branch or tag the commit was pinned from, such as main",
+        "description": "The branch or tag `revision` was pinned from (`sparkserve recipe pin` writes it). "
+                       "Only `sparkserve recipe pin --check` reads it, to say when the branch has moved; the "
+                       "deployment uses `revision`.",
+    },
 }
 
 # The schema. Keys of a field: type (str, int, number, bool, dict, list, raw),
@@ -171,9 +180,11 @@ RECIPE_SPEC: Dict[str, Any] = {
             "type": "str",
             "pattern": _IMAGE,
             "hint": _IMAGE_HINT,
-            "description": "The engine's container image, pinned by digest: `REPO@sha256:<64 hex>`. "
-                           "A tag alone is refused, and so are capitals in the repository's path (Docker "
-                           "refuses them). Set exactly one of `image` and `image_from`.",
+            "description": "The engine's container image, pinned by digest: `REPO@sha256:<64 hex>`, or "
+                           "`REPO:TAG@sha256:<64 hex>` as `sparkserve recipe pin` writes it (the tag is kept for "
+                           "people and `pin --check`; the nodes pull and run `REPO@sha256:...`). A tag alone is "
+                           "refused, and so are capitals in the repository's path (Docker refuses them). Set "
+                           "exactly one of `image` and `image_from`.",
         },
         "image_from": _from("image", "the digest-pinned reference (for images built where the recipe is "
                                      "used, as in the lab)",

@@ -31,7 +31,7 @@ from ansible_collections.sparkserve.deploy.plugins.module_utils.recipe.walk impo
     variables_named,
 )
 
-__all__ = ["file_expectation_problems", "validate_for_cluster", "validate_recipe", "variables_named"]
+__all__ = ["by_digest", "file_expectation_problems", "validate_for_cluster", "validate_recipe", "variables_named"]
 
 
 def validate_recipe(data: Dict[str, Any], name: str,
@@ -56,10 +56,23 @@ def validate_recipe(data: Dict[str, Any], name: str,
     checker = Checker(name, resolved)
     recipe = checker.mapping(RECIPE_SPEC, data, "")
     errors.extend(checker.errors)
+    if isinstance(recipe.get("image"), str):
+        recipe["image"] = by_digest(recipe["image"])
     errors.extend(cross_checks(recipe, name, data))
     if recipes_dir is not None:
         errors.extend(file_checks(recipe, name, recipes_dir, resolved))
     return recipe, errors
+
+
+def by_digest(image: str) -> str:
+    """IMAGE as the nodes pull and run it: ``REPO@sha256:...``, without the tag a pinned recipe keeps beside the
+    digest (``REPO:TAG@sha256:...``, for people and ``sparkserve recipe pin --check``). Docker's own clients
+    look a tagged digest up by the tag, and would pull again an image the node holds by its digest."""
+    name, at, digest = image.partition("@")
+    if not at:
+        return image
+    head, slash, last = name.rpartition("/")
+    return "%s%s%s@%s" % (head, slash, last.split(":", 1)[0], digest)
 
 
 def validate_for_cluster(recipe: Dict[str, Any], name: str, world_size: int,

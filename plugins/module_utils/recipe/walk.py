@@ -177,7 +177,8 @@ class Checker:
             self.error(path, value, "use one of: %s" % ", ".join(str(c) for c in spec["choices"]))
         if "pattern" in spec and isinstance(value, str) and not re.match(spec["pattern"], value):
             fix = suggest.explain_mismatch(re.split(r"[.\[]", path)[-1], spec, value)
-            self.error(path, value, fix or hint.replace("{value}", value) or "it must match %s" % spec["pattern"])
+            fix = (fix or hint.replace("{value}", value)).replace("{recipe}", self.name)
+            self.error(path, value, fix or "it must match %s" % spec["pattern"])
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             low, high = spec.get("min"), spec.get("max")
             if (low is not None and value < low) or (high is not None and value > high):
