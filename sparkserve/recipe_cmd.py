@@ -128,7 +128,10 @@ def run_pin(args: argparse.Namespace, root: Path, cwd: Path, environ: Mapping[st
                                          ask_password),
                         urls, args.hub_endpoint or environ.get("HF_ENDPOINT") or DEFAULT_HUB)
     text = path.read_text(encoding="utf-8")
-    pins = plan(text, resolver)
+    try:
+        pins = plan(text, resolver)
+    except PinError as error:
+        raise PinError(f"{path}: {error}") from None
     moved = [pin for pin in pins if pin.moved or pin.add_track is not None]
     name = path.stem
     if args.check:

@@ -242,6 +242,18 @@ def test_credentials_come_from_a_vault_file_and_are_never_printed(project: Path,
     assert code == 2 and "does not open it" in err
 
 
+def test_a_refusal_names_the_file_and_the_field(project: Path, remote: tuple[Remote, str]) -> None:
+    state, url = remote
+    (project / "recipes").mkdir()
+    (project / "recipes" / "imported.yml").write_text(RECIPE)
+    code, out, err = command(project, ["pin", "imported", "--registry", f"registry.example:5000={url}",
+                                       "--hub-endpoint", url])
+    assert code == 1 and out == ""
+    assert err == (f"sparkserve recipe pin: {project / 'recipes' / 'imported.yml'}: the registry registry.example:5000 "
+                   "has no tag 25.11 of registry.example:5000/team/vllm (recipe field image); check the name and the "
+                   "tag\n")
+
+
 def test_an_unknown_recipe_is_a_usage_error(project: Path) -> None:
     code, _, err = command(project, ["pin", "nothing-here"])
     assert code == 2 and "no recipe nothing-here" in err
