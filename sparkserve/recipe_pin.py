@@ -77,7 +77,8 @@ class ImageRef:
         return f"{self.registry}/{self.path}"
 
     def pinned(self, digest: str) -> str:
-        return f"{self.repository}{':' + self.tag if self.tag else ''}@{digest}"
+        """REPO:TAG@DIGEST; no tag is Docker's latest, written out so that --check knows what to follow."""
+        return f"{self.repository}:{self.tag or 'latest'}@{digest}"
 
 
 @dataclass

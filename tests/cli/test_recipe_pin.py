@@ -129,7 +129,8 @@ def test_an_image_reference_is_taken_apart_as_docker_reads_it(text: str, registr
                                                              digest: str | None) -> None:
     ref = ImageRef.parse(text)
     assert (ref.registry, ref.path, ref.tag, ref.digest) == (registry, path, tag, digest)
-    assert ref.pinned("sha256:" + "d" * 64) == f"{text.partition('@')[0]}@sha256:{'d' * 64}"
+    written = text.partition("@")[0] if tag else text.partition("@")[0] + ":latest"
+    assert ref.pinned("sha256:" + "d" * 64) == f"{written}@sha256:{'d' * 64}"
 
 
 def test_a_tag_and_two_branches_are_pinned_in_place_keeping_comments(remote: tuple[Remote, str]) -> None:
