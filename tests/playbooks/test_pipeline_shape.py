@@ -43,7 +43,8 @@ def test_the_deploy_pipeline_runs_its_stages_in_order() -> None:
     assert names == [
         "Find what serves and what the recipe asks", "The recipe's image on every Spark", "Fabric between the Sparks",
         "Weights on every Spark", "Overlays on the pinned image",
-        "Measure the serving release on the qualification suite, when no run of it is recorded", "Launch the engine",
+        "Measure the serving release on the qualification suite, when no run of it is recorded",
+        "Prepare every node for the launch", "Launch the engine",
         "Qualify the new release", "Roll back to the serving release when the new one failed",
         "Supervise the deployment", "The gateway in front of the deployments", "Monitor the deployment",
         "End the run"]
