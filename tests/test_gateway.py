@@ -320,6 +320,7 @@ def test_a_bad_config_fails_nginx_check_and_the_served_one_stays(tmp_path: Path)
 def test_no_key_in_any_log(live: tuple[Gateway, Engine, Engine]) -> None:
     gateway = live[0]
     gateway.request("GET", "/v1/models", key=ALICE)
+    gateway.request("GET", "/v1/models", key=BOB)
     gateway.request("GET", "/v1/models", key="wrong-key-0123456789")
     logs = gateway.logs()
     assert '"key":"alice"' in logs and '"key":"bob"' in logs

@@ -28,22 +28,41 @@ options:
     type: list
     elements: str
     required: true
+  apart:
+    description:
+      - Whether the deployments go one batch each. With C(false) every host is one batch, for a play whose
+        per-deployment work has nothing to do this run (the launch play when no rank has to start).
+    type: bool
+    default: true
 """
 
 EXAMPLES = r"""
-serial: "{{ groups | sparkserve.deploy.deployment_batches(ansible_play_hosts_all) }}"
+- name: Act on one deployment at a time
+  hosts: sparks
+  serial: "{{ groups | sparkserve.deploy.deployment_batches(ansible_play_hosts_all) }}"
+  tasks: []
+
+- name: Act on every deployment at once when no host has a rank to start
+  hosts: sparks
+  serial: >-
+    {{ groups | sparkserve.deploy.deployment_batches(ansible_play_hosts_all,
+       apart=ansible_play_hosts_all | map('extract', hostvars | default({}))
+             | map(attribute='__engine_relaunch', default=true) | select | list | length > 0) }}
+  tasks: []
 """
 
 RETURN = r"""
 _value:
-  description: The batch sizes, in order; one batch of every host when there is at most one deployment.
+  description: The batch sizes, in order; one batch of every host when there is at most one deployment or not apart.
   type: list
   elements: int
 """
 
 
-def deployment_batches(groups: Mapping[str, Sequence[str]], hosts: Sequence[str]) -> list[int]:
-    """The sizes of the runs of consecutive HOSTS that belong to the same deployment group."""
+def deployment_batches(groups: Mapping[str, Sequence[str]], hosts: Sequence[str], apart: bool = True) -> list[int]:
+    """The sizes of the runs of consecutive HOSTS that belong to the same deployment group (one run if not APART)."""
+    if not apart:
+        return [max(len(hosts), 1)]
     deployment_of: dict[str, str] = {}
     for group, members in groups.items():
         if group.startswith(GROUP_PREFIX):

@@ -42,7 +42,7 @@ def test_the_deploy_pipeline_runs_its_stages_in_order() -> None:
     names = [play.get("name") for play in plays(PLAYBOOKS / "deploy.yml")]
     assert names == [
         "Find what serves and what the recipe asks", "The recipe's image on every Spark", "Fabric between the Sparks",
-        "Weights on every Spark", "Overlays on the pinned image",
+        "What every Spark holds of the weights", "Weights on every Spark", "Overlays on the pinned image",
         "Measure the serving release on the qualification suite, when no run of it is recorded",
         "Prepare every node for the launch", "Launch the engine",
         "Qualify the new release", "Roll back to the serving release when the new one failed",
