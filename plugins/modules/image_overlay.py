@@ -33,7 +33,8 @@ attributes:
     support: full
 options:
   image:
-    description: The engine image, pinned by digest (C(REPO@sha256:<64 hex>)).
+    description: The engine image, pinned by digest (C(REPO@sha256:<64 hex>)), or by the local name the image
+      stage gives it on every node (C(REPO:sha256-<64 hex>)).
     type: str
     required: true
   dest:
@@ -147,7 +148,7 @@ from ansible_collections.sparkserve.deploy.plugins.module_utils.unified_diff imp
 
 Runner = Callable[[Sequence[str]], Tuple[int, bytes, str]]
 
-IMAGE_PATTERN = re.compile(r"^[^\s@]+@sha256:[0-9a-f]{64}$")
+IMAGE_PATTERN = re.compile(r"^[^\s@]+(@sha256:|:sha256-)[0-9a-f]{64}$")
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 MARKER = ".sparkserve-overlay"
 MARKER_NOTE = ("Made by sparkserve.deploy.image_overlay: what each result was made from. Every file here "
@@ -207,7 +208,7 @@ def validate(image: str, dest: str, files: Sequence[Mapping[str, Any]]) -> list[
     """Every problem with the arguments, one message each."""
     errors = []
     if not IMAGE_PATTERN.match(image or ""):
-        errors.append(f"image {image!r} is not pinned by digest; give REPO@sha256:<64 hex>")
+        errors.append(f"image {image!r} is not pinned by digest; give REPO@sha256:<64 hex> or its local name REPO:sha256-<64 hex>")
     if not dest.startswith("/") or posixpath.normpath(dest) != dest.rstrip("/") or dest.rstrip("/") == "" \
             or ":" in dest or "," in dest:
         errors.append(f"dest {dest!r} must be an absolute, normal path other than /, without ':' or ','")

@@ -186,6 +186,27 @@ RECIPE_SPEC: Dict[str, Any] = {
                            "refused, and so are capitals in the repository's path (Docker refuses them). Set "
                            "exactly one of `image` and `image_from`.",
         },
+        "image_id": {
+            "type": "str",
+            "default": "",
+            "pattern": r"^(sha256:[0-9a-f]{64})?$",
+            "hint": "give sha256:<64 hex>, as docker image inspect --format '{{.Id}}' IMAGE prints it where the "
+                    "image was pulled",
+            "description": "The image's ID (the digest of its config, `sha256:<64 hex>`). Optional: when set, "
+                           "every node must hold this image (checked after the pull and the relay), and an "
+                           "`image_archive` made by `docker save` (which does not keep the registry's manifest) "
+                           "is checked against it.",
+        },
+        "image_archive": {
+            "type": "str",
+            "default": "",
+            "description": "An image archive to deploy from instead of a registry: a `docker save` archive or "
+                           "an OCI archive (`skopeo copy docker://IMAGE oci-archive:FILE`), a path on the "
+                           "controller (relative to the checkout), or `head:PATH` on the head. It is checked "
+                           "against `image` (an OCI archive holds its manifest) or `image_id` before anything "
+                           "is loaded, loaded on the head and relayed to the other nodes over the fabric; no "
+                           "registry is asked. The inventory variable `image_archive` overrides it.",
+        },
         "image_from": _from("image", "the digest-pinned reference (for images built where the recipe is "
                                      "used, as in the lab)",
                             "the image pinned by digest, REPO@sha256:<64 hex> (docker buildx imagetools inspect "
