@@ -14,9 +14,9 @@ description:
     recipe's manifest, by O(image)'s digest, and its config; a C(docker save) archive does not keep the
     manifest, so its config must be O(image_id). The config's content is hashed; docker load checks every
     layer's content against it.
-  - With O(load), makes O(local_name) name the image on this node: nothing when it already does, a C(docker tag)
-    when the node holds the image under another name, else C(docker load) (an OCI layout alone is given to
-    docker load with a C(manifest.json) of its own, as Docker before 25 reads only that).
+  - With O(load), makes O(local_name) name the image on this node. Nothing is done when it already does; a
+    C(docker tag) when the node holds the image under another name; else C(docker load) (an OCI layout alone is
+    given to docker load with a C(manifest.json) of its own, as Docker before 25 reads only that).
   - Without O(load) (on the controller, where the archive may lie), only checks it; RV(image_id) says which
     image the nodes must hold.
   - Check mode checks the archive and loads nothing.

@@ -208,7 +208,8 @@ def validate(image: str, dest: str, files: Sequence[Mapping[str, Any]]) -> list[
     """Every problem with the arguments, one message each."""
     errors = []
     if not IMAGE_PATTERN.match(image or ""):
-        errors.append(f"image {image!r} is not pinned by digest; give REPO@sha256:<64 hex> or its local name REPO:sha256-<64 hex>")
+        errors.append(f"image {image!r} is not pinned by digest; give REPO@sha256:<64 hex> "
+                      "or its local name REPO:sha256-<64 hex>")
     if not dest.startswith("/") or posixpath.normpath(dest) != dest.rstrip("/") or dest.rstrip("/") == "" \
             or ":" in dest or "," in dest:
         errors.append(f"dest {dest!r} must be an absolute, normal path other than /, without ':' or ','")

@@ -11,9 +11,9 @@ version_added: "0.6.0"
 description:
   - For each peer at once, streams C(docker save IMAGE_ID) into C(docker load) on the peer over the peer ssh that
     the access stage sets up (each peer's name goes to its fabric address), then names the image O(local_name)
-    there and reads the name back: the peer must hold O(image_id) under it. docker load checks each layer's
+    there and reads the name back, which must be O(image_id). docker load checks each layer's
     content against the image's config, whose digest is the image ID.
-  - Nothing is kept half-way: a relay cut in the middle (the peer, the link or this node lost) leaves the
+  - Nothing is kept half-way. A relay cut in the middle (the peer, the link or this node lost) leaves the
     peer without the name, fails naming it with what ssh or docker said, and the next run sends it again.
   - The image stage gives only the peers that lack the image under its name.
   - Check mode sends nothing; RV(changed) says whether it would.
@@ -143,8 +143,8 @@ def main() -> None:
     with ThreadPoolExecutor(max_workers=len(peers)) as pool:
         errors = list(pool.map(lambda peer: send(p["image_id"], p["local_name"], peer, p["ssh"], p["docker"],
                                                  float(p["timeout_s"])), peers))
-    sent = [peer for peer, error in zip(peers, errors) if not error]
-    failed = [{"node": peer, "error": error} for peer, error in zip(peers, errors) if error]
+    sent = [peer for peer, error in zip(peers, errors, strict=True) if not error]
+    failed = [{"node": peer, "error": error} for peer, error in zip(peers, errors, strict=True) if error]
     if failed:
         module.fail_json(msg=failure_message(failed, p["image_id"]), kind=KIND, sent=sent, failed=failed,
                          changed=bool(sent))

@@ -41,7 +41,9 @@ def test_no_play_but_the_context_play_runs_the_recipe_role() -> None:
 def test_the_deploy_pipeline_runs_its_stages_in_order() -> None:
     names = [play.get("name") for play in plays(PLAYBOOKS / "deploy.yml")]
     assert names == [
-        "Find what serves and what the recipe asks", "The recipe's image on every Spark", "Fabric between the Sparks",
+        "Find what serves and what the recipe asks", "Fabric between the Sparks",
+        "The recipe's image on every Spark, pulled once and relayed over the fabric",
+        "NCCL across the Sparks, in the engine image, when asked",
         "What every Spark holds of the weights", "Weights on every Spark", "Overlays on the pinned image",
         "Measure the serving release on the qualification suite, when no run of it is recorded",
         "Prepare every node for the launch", "Launch the engine",
