@@ -91,7 +91,7 @@ tagged:
 
 import os
 import subprocess
-from typing import Any, Dict
+from typing import IO, Any, Dict, cast
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -126,13 +126,11 @@ def docker_load(docker: str, path: str, checked: Any) -> str:
     """Give the archive to docker load; what it said on failure, else empty."""
     with subprocess.Popen([docker, "load"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE) as loader:
-        assert loader.stdin is not None
         try:
-            docker_archive_stream(path, checked, loader.stdin)
+            docker_archive_stream(path, checked, cast(IO[bytes], loader.stdin))  # a pipe: stdin=PIPE
         except BrokenPipeError:
-            pass
-        finally:
-            loader.stdin.close()
+            pass  # docker load stopped reading; what it said tells why
+        # communicate() flushes and closes stdin itself, ignoring a broken pipe (closed before, it raised ValueError)
         out, err = loader.communicate()
     if loader.returncode != 0:
         return (err or out).decode("utf-8", "replace").strip() or f"exit {loader.returncode}"
@@ -163,9 +161,10 @@ def main() -> None:
         if said or image_id_of(p["docker"], checked.image_id) is None:
             module.fail_json(msg=f"docker load of {p['path']} failed: {said or 'it did not load ' + checked.image_id}",
                              kind="archive_load_failed", **out)
-    rc, _, err = run_command([p["docker"], "tag", checked.image_id, local], 60)
+    rc, _, tag_err = run_command([p["docker"], "tag", checked.image_id, local], 60)
     if rc != 0:
-        module.fail_json(msg=f"docker tag {checked.image_id} {local} failed: {err.strip()}", kind="image_tag_failed")
+        module.fail_json(msg=f"docker tag {checked.image_id} {local} failed: {tag_err.strip()}",
+                         kind="image_tag_failed")
     module.exit_json(changed=True, diff=tag_diff(local, named, checked.image_id), **out)
 
 

@@ -13,7 +13,8 @@ description:
     O(local_name) name the pulled image (C(docker tag)). Docker checks the pulled manifest against the digest.
   - The image stage runs it on one node per deployment (the head, or a node that already holds the digest) and
     relays the image to the others over the fabric (M(sparkserve.deploy.image_relay)).
-  - O(auth) travels in the request's C(X-Registry-Auth) header: it is never written to disk or logged.
+  - O(auth) travels in the request's C(X-Registry-Auth) header, never written to disk; its password is never
+    logged.
   - A digest the registry does not have, or credentials it refuses, fail with one sentence naming the
     registry, the repository, the digest and the recipe field, not Docker's API error.
   - Check mode pulls and tags nothing; RV(changed) says whether it would.
@@ -33,7 +34,19 @@ options:
   auth:
     description: The registry's credentials, C(username) and C(password) (and C(registry) when it is not the
       image's); from Ansible Vault. Unset for a registry that needs none.
+      Only the password is no_log, since Ansible masks a no_log value wherever it appears in the output
+      (a username or registry that is part of the image's name would be masked in every message).
     type: dict
+    suboptions:
+      username:
+        description: The registry user; without it, no credentials are sent.
+        type: str
+      password:
+        description: Its password or token (no_log).
+        type: str
+      registry:
+        description: The registry they are for, when it is not the image's.
+        type: str
   socket:
     description: dockerd's API socket.
     type: path
@@ -91,7 +104,10 @@ from ansible_collections.sparkserve.deploy.plugins.module_utils.node.process imp
 ARGUMENT_SPEC: Dict[str, Any] = {
     "image": {"type": "str", "required": True},
     "local_name": {"type": "str"},
-    "auth": {"type": "dict", "no_log": True},
+    # Only the password is no_log: Ansible masks a no_log value wherever it appears in the output, and the username
+    # or the registry is often part of the image's name, which the failures name.
+    "auth": {"type": "dict", "options": {"username": {"type": "str"}, "password": {"type": "str", "no_log": True},
+                                         "registry": {"type": "str"}}},
     "socket": {"type": "path", "default": "/var/run/docker.sock"},
     "docker": {"type": "str", "default": "docker"},
     "timeout_s": {"type": "int", "default": 3600},
@@ -120,9 +136,9 @@ def main() -> None:
     named = image_id_of(p["docker"], local)
     tagged = named != found
     if tagged and not module.check_mode:
-        rc, _, err = run_command([p["docker"], "tag", str(found), local], 60)
+        rc, _, tag_err = run_command([p["docker"], "tag", str(found), local], 60)
         if rc != 0:
-            module.fail_json(msg=f"docker tag {found} {local} failed: {err.strip()}", kind="image_tag_failed")
+            module.fail_json(msg=f"docker tag {found} {local} failed: {tag_err.strip()}", kind="image_tag_failed")
     module.exit_json(changed=pulled or tagged, image_id=found, pulled=pulled, tagged=tagged,
                      diff=tag_diff(local, named, found) if tagged else {})
 

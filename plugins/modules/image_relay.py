@@ -66,8 +66,9 @@ sent:
   returned: always
   type: list
   elements: str
-failed:
-  description: Each peer the image did not reach, C(node) and C(error).
+unreached:
+  description: Each peer the image did not reach, C(node) and C(error) (not C(failed), which Ansible sets to true
+    on failure).
   returned: always
   type: list
   elements: dict
@@ -79,7 +80,7 @@ kind:
 
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Dict, List, Sequence
+from typing import IO, Any, Dict, List, Sequence, cast
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -106,8 +107,8 @@ def send(image_id: str, local_name: str, peer: str, ssh: Sequence[str], docker: 
     with subprocess.Popen([docker, "save", image_id], stdout=subprocess.PIPE, stderr=subprocess.PIPE) as saver:
         with subprocess.Popen(remote_argv(ssh, peer, [docker, "load"]), stdin=saver.stdout,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE) as loader:
-            assert saver.stdout is not None
-            saver.stdout.close()  # the loader holds it; docker save sees a broken pipe when the loader ends
+            # the loader holds it (a pipe: stdout=PIPE); docker save sees a broken pipe when the loader ends
+            cast(IO[bytes], saver.stdout).close()
             try:
                 _, loader_err = loader.communicate(timeout=timeout_s)
             except subprocess.TimeoutExpired:
@@ -139,16 +140,16 @@ def main() -> None:
     p = module.params
     peers = list(dict.fromkeys(p["peers"]))
     if module.check_mode or not peers:
-        module.exit_json(changed=bool(peers), sent=peers, failed=[])
+        module.exit_json(changed=bool(peers), sent=peers, unreached=[])
     with ThreadPoolExecutor(max_workers=len(peers)) as pool:
         errors = list(pool.map(lambda peer: send(p["image_id"], p["local_name"], peer, p["ssh"], p["docker"],
                                                  float(p["timeout_s"])), peers))
     sent = [peer for peer, error in zip(peers, errors, strict=True) if not error]
     failed = [{"node": peer, "error": error} for peer, error in zip(peers, errors, strict=True) if error]
     if failed:
-        module.fail_json(msg=failure_message(failed, p["image_id"]), kind=KIND, sent=sent, failed=failed,
+        module.fail_json(msg=failure_message(failed, p["image_id"]), kind=KIND, sent=sent, unreached=failed,
                          changed=bool(sent))
-    module.exit_json(changed=True, sent=sent, failed=[])
+    module.exit_json(changed=True, sent=sent, unreached=[])
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from email.message import Message
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, cast
+from typing import IO, Any, Callable, Iterator, Optional, cast
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -254,10 +254,7 @@ def write_tar(path: Path, members: dict[str, bytes], compress: bool = False, pre
 def tar_files(data: bytes) -> dict[str, bytes]:
     """The files of a tar (any compression), in order."""
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as tar:
-        return {info.name: cast(IO, tar.extractfile(info)).read() for info in tar if info.isfile()}
-
-
-IO = io.BufferedReader  # what tarfile.extractfile gives, for cast
+        return {info.name: cast(IO[bytes], tar.extractfile(info)).read() for info in tar if info.isfile()}
 
 
 def test_an_oci_archive_is_accepted_by_the_recipes_digest(tmp_path: Path) -> None:
@@ -340,7 +337,8 @@ def test_a_docker_save_archive_of_another_image_is_refused(tmp_path: Path) -> No
     path = write_tar(tmp_path / "vllm.tar", docker_save_members(image))
     with pytest.raises(ImageError) as err:
         images.read_archive(str(path), DIGEST, OTHER_ID)
-    assert str(err.value) == f"the image archive {path} holds image {image.image_id}, not the recipe's image_id {OTHER_ID}"
+    assert str(err.value) == (f"the image archive {path} holds image {image.image_id}, not the recipe's image_id "
+                              f"{OTHER_ID}")
 
 
 def test_an_oci_manifest_whose_config_is_not_image_id_is_refused(tmp_path: Path) -> None:
@@ -492,9 +490,11 @@ def test_an_archive_of_both_layouts_without_the_recipes_manifest_is_checked_by_i
     path = write_tar(tmp_path / "docker25.tar", members)
     checked = images.read_archive(str(path), DIGEST, image.image_id)
     assert checked == ArchiveImage(image.image_id, "image_id", "docker", config_name, tuple(layers))
-    with pytest.raises(ImageError, match="holds a config"):  # the config's name is a digest: it is checked
-        members[config_name] = image.config + b"\n"
-        images.read_archive(str(write_tar(tmp_path / "bad.tar", members)), DIGEST, sha(image.config + b"\n"))
+    edited = image.config + b"\n"
+    members[config_name] = edited  # the config's name is a digest: its content is checked against it
+    bad = write_tar(tmp_path / "bad.tar", members)
+    with pytest.raises(ImageError, match=f"holds a config {config_name} whose content is {sha(edited)}"):
+        images.read_archive(str(bad), DIGEST, sha(edited))
 
 
 # --- what docker load is given ----------------------------------------------------------------------------
@@ -568,7 +568,7 @@ class Request:
 
 
 PROGRESS = [
-    {"status": f"Pulling from vllm/vllm-openai", "id": DIGEST},
+    {"status": "Pulling from vllm/vllm-openai", "id": DIGEST},
     {"status": "Pulling fs layer", "progressDetail": {}, "id": "4f4fb700ef54"},
     {"status": "Downloading", "progressDetail": {"current": 1048576, "total": 4194304},
      "progress": "[=====>   ]  1.049MB/4.194MB", "id": "4f4fb700ef54"},
@@ -584,6 +584,7 @@ class DockerdScript:
 
     status: int = 200
     message: str = ""
+    raw: Optional[bytes] = None  # a body that is not JSON, for a status that is not 200
     events: list[Any] = field(default_factory=lambda: list(PROGRESS))
     cut: bool = False  # the stream ends in the middle of a chunk, as when dockerd stops
     on_pull: Optional[Callable[[Request], None]] = None
@@ -612,7 +613,7 @@ class DockerdHandler(http.server.BaseHTTPRequestHandler):
         script = dockerd.script
         self.close_connection = True
         if script.status != 200:
-            body = json.dumps({"message": script.message}).encode()
+            body = script.raw if script.raw is not None else json.dumps({"message": script.message}).encode()
             self.send_response(script.status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
@@ -667,7 +668,7 @@ def test_auth_header_is_urlsafe_base64_json_with_the_registry() -> None:
 
 
 def test_a_pull_asks_dockerd_for_the_digest_with_the_credentials(dockerd: Dockerd) -> None:
-    assert images.pull(IMAGE, {"username": "bot", "password": PASSWORD}, sock(dockerd), 10) is None
+    images.pull(IMAGE, {"username": "bot", "password": PASSWORD}, sock(dockerd), 10)  # returns: no error
     [request] = dockerd.requests
     assert request.method == "POST" and urlsplit(request.path).path == "/images/create"
     assert request.query == {"fromImage": [REPO], "tag": [DIGEST]}
@@ -707,29 +708,14 @@ def test_refused_credentials_in_the_stream_are_the_credentials_sentence(dockerd:
 
 def test_a_stream_of_progress_is_a_pull_done(dockerd: Dockerd) -> None:
     dockerd.script = DockerdScript(events=[b"not json", PROGRESS[0], b"[1, 2]", *PROGRESS[1:]])
-    assert images.pull(IMAGE, None, sock(dockerd), 10) is None
+    images.pull(IMAGE, None, sock(dockerd), 10)  # returns: no error
     assert len(dockerd.requests) == 1
 
 
 def test_an_error_body_that_is_not_json_is_quoted(dockerd: Dockerd) -> None:
-    dockerd.script = DockerdScript(status=500)
-    dockerd.script.message = "ignored"
-
-    def plain(handler: DockerdHandler) -> None:
-        body = b"Internal Server Error: overlayfs:\n  no space left on device"
-        handler.send_response(500)
-        handler.send_header("Content-Length", str(len(body)))
-        handler.end_headers()
-        handler.wfile.write(body)
-
-    original = DockerdHandler.do_POST
-    try:
-        DockerdHandler.do_POST = lambda self: (cast(Dockerd, self.server).requests.append(  # type: ignore[method-assign]
-            Request(self.command, self.path, self.headers, b"")), plain(self))[-1]
-        with pytest.raises(ImageError) as err:
-            images.pull(IMAGE, None, sock(dockerd), 10)
-    finally:
-        DockerdHandler.do_POST = original  # type: ignore[method-assign]
+    dockerd.script = DockerdScript(status=500, raw=b"Internal Server Error: overlayfs:\n  no space left on device")
+    with pytest.raises(ImageError) as err:
+        images.pull(IMAGE, None, sock(dockerd), 10)
     assert str(err.value) == (f"the pull of {REPO}@{DIGEST} from registry.example:5000 failed: Internal Server Error: "
                               "overlayfs: no space left on device")
 
@@ -898,6 +884,8 @@ elif command == "tag":
     found = resolve(argv[1])
     if not found:
         fail(f"Error response from daemon: No such image: {argv[1]}")
+    if knob("tag_fails"):
+        fail("Error response from daemon: mkdir /var/lib/docker/image/overlay2: read-only file system")
     set_tag(argv[2], knob("tag_as") or found)
 elif command == "save":
     found = resolve(argv[1])
@@ -1034,8 +1022,12 @@ def run_main(main: Callable[[], None], args: dict[str, Any], capsys: pytest.Capt
 
 
 def test_image_pull_keeps_the_password_out_of_its_output() -> None:
+    """The password is no_log; the rest of auth is not, as Ansible masks a no_log value everywhere in the output
+    (a registry or a username that is part of the image's name would be masked in every message)."""
     auth = image_pull.ARGUMENT_SPEC["auth"]
     assert auth["type"] == "dict" and auth["options"]["password"]["no_log"] is True
+    assert not auth.get("no_log") and not auth["options"]["username"].get("no_log")
+    assert not auth["options"]["registry"].get("no_log")
 
 
 @pytest.fixture
@@ -1046,7 +1038,8 @@ def pulled_image(doubles: Doubles, dockerd: Dockerd) -> str:
     write_tar(path, docker_save_members(image))
 
     def on_pull(request: Request) -> None:
-        doubles.here.add(image.image_id, path.read_bytes(), f"{request.query['fromImage'][0]}@{request.query['tag'][0]}")
+        name = f"{request.query['fromImage'][0]}@{request.query['tag'][0]}"
+        doubles.here.add(image.image_id, path.read_bytes(), name)
 
     dockerd.script.on_pull = on_pull
     return image.image_id
@@ -1111,6 +1104,8 @@ def test_image_pull_of_a_missing_digest_fails_with_the_sentence(doubles: Doubles
     out = run_main(image_pull.main, pull_args(doubles, dockerd, auth={"username": "vllm", "password": PASSWORD,
                                                                       "registry": "registry.example:5000"}), capsys)
     assert out["failed"] is True and out["kind"] == "image_pull_failed" and out["pulled"] is False
+    assert out["invocation"]["module_args"]["auth"]["password"] == "VALUE_SPECIFIED_IN_NO_LOG_PARAMETER"
+    assert "warnings" not in out, out["warnings"]
     # The sentence names the registry and the repository as they are: a username or a registry that is part of
     # the image's name is not masked (only the password is secret).
     assert out["msg"] == images.pull_failure(IMAGE, 404, said)
@@ -1136,6 +1131,15 @@ def test_image_pull_when_dockerd_does_not_find_what_it_pulled(doubles: Doubles, 
     out = run_main(image_pull.main, pull_args(doubles, dockerd), capsys)  # no on_pull: nothing lands
     assert out["failed"] is True and out["kind"] == "image_pull_failed"
     assert out["msg"] == f"dockerd pulled {IMAGE} but does not find it"
+
+
+def test_image_pull_fails_when_docker_tag_fails(doubles: Doubles, dockerd: Dockerd, pulled_image: str,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    doubles.here.knob("tag_fails", "1")
+    out = run_main(image_pull.main, pull_args(doubles, dockerd), capsys)
+    assert out["failed"] is True and out["kind"] == "image_tag_failed"
+    assert out["msg"] == (f"docker tag {pulled_image} {LOCAL} failed: Error response from daemon: mkdir "
+                          "/var/lib/docker/image/overlay2: read-only file system")
 
 
 def test_image_pull_of_an_unpinned_image_is_refused(doubles: Doubles, dockerd: Dockerd,
@@ -1278,6 +1282,16 @@ def test_image_archive_fails_when_docker_load_does_not_load_the_image(doubles: D
     assert out["kind"] == "archive_load_failed" and out["msg"].endswith(f"it did not load {image.image_id}")
 
 
+def test_image_archive_fails_when_docker_tag_fails(doubles: Doubles, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    image = make_image()
+    path = write_tar(tmp_path / "vllm.tar", docker_save_members(image))
+    doubles.here.knob("tag_fails", "1")
+    out = run_main(image_archive.main, archive_args(doubles, path, image_id=image.image_id), capsys)
+    assert out["failed"] is True and out["kind"] == "image_tag_failed"
+    assert out["msg"].startswith(f"docker tag {image.image_id} {LOCAL} failed: Error response from daemon: ")
+
+
 # --- image_relay ----------------------------------------------------------------------------------------------
 
 
@@ -1349,7 +1363,7 @@ def relay_args(doubles: Doubles, image_id: str, peers: list[str], **more: Any) -
 def test_relay_sends_to_every_peer(doubles: Doubles, source: str, capsys: pytest.CaptureFixture[str]) -> None:
     out = run_main(image_relay.main, relay_args(doubles, source, ["spark-2", "spark-3", "spark-2"]), capsys)
     assert out.get("failed") is not True, out
-    assert out["changed"] is True and out["sent"] == ["spark-2", "spark-3"] and out["failed"] == []
+    assert out["changed"] is True and out["sent"] == ["spark-2", "spark-3"] and out["unreached"] == []
     for peer in ("spark-2", "spark-3"):
         assert doubles.host(peer).tags() == {LOCAL: source}
         assert doubles.host(peer).verbs() == ["load", "tag", "image inspect"]
@@ -1362,8 +1376,8 @@ def test_relay_fails_naming_the_peer_it_did_not_reach(doubles: Doubles, source: 
     assert out["failed"] is True and out["kind"] == "image_relay_failed" and out["changed"] is True
     assert out["sent"] == ["spark-2"]
     said = "docker load there stopped: Error processing tar file(exit status 1): unexpected EOF"
-    assert out["failed"] == [{"node": "spark-3", "error": said}]
-    assert out["msg"] == (f"the image {source[:19]} did not reach spark-3 over the fabric: {said} (run again to send it)")
+    assert out["unreached"] == [{"node": "spark-3", "error": said}]
+    assert out["msg"] == f"the image {source[:19]} did not reach spark-3 over the fabric: {said} (run again to send it)"
     assert "spark-2" not in out["msg"]
     assert doubles.host("spark-2").tags() == {LOCAL: source} and doubles.host("spark-3").tags() == {}
 
@@ -1371,7 +1385,7 @@ def test_relay_fails_naming_the_peer_it_did_not_reach(doubles: Doubles, source: 
 def test_relay_in_check_mode_sends_nothing(doubles: Doubles, source: str, capsys: pytest.CaptureFixture[str]) -> None:
     out = run_main(image_relay.main, relay_args(doubles, source, ["spark-2", "spark-3"], _ansible_check_mode=True),
                    capsys)
-    assert out["changed"] is True and out["sent"] == ["spark-2", "spark-3"] and out["failed"] == []
+    assert out["changed"] is True and out["sent"] == ["spark-2", "spark-3"] and out["unreached"] == []
     assert doubles.here.calls() == [] and not (doubles.root / "ssh.log").exists()
     assert doubles.host("spark-2").calls() == [] and doubles.host("spark-3").calls() == []
 

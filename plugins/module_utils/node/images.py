@@ -300,7 +300,7 @@ def pull(image: str, auth: Optional[Mapping[str, str]] = None, socket_path: str 
         for event in _events(response):
             if event.get("error"):
                 raise ImageError(pull_failure(image, 200, str(event["error"])))
-    except OSError as err:
+    except (OSError, http.client.HTTPException) as err:  # HTTPException: a stream cut short (IncompleteRead)
         raise ImageError(f"cannot ask dockerd ({socket_path}) to pull {repo}@{digest}: {err}") from None
     finally:
         connection.close()
