@@ -70,7 +70,6 @@ EXAMPLES = r"""
   sparkserve.deploy.image_pull:
     image: "{{ recipe_config.image }}"
     auth: "{{ image_registry_auth | default(omit, true) }}"
-  no_log: "{{ image_registry_auth | length > 0 }}"
 """
 
 RETURN = r"""
