@@ -990,7 +990,8 @@ def test_lab_recipes_need_their_variables() -> None:
 def test_schema_has_every_top_level_field() -> None:
     # recipes/README.md and recipes/recipe.schema.json are written from it (tests/tools/test_recipe_docs.py).
     assert set(RECIPE_SCHEMA) == {
-        "name", "description", "engine", "image", "image_id", "image_archive", "image_from", "model", "draft_model", "parallel", "launch",
+        "name", "description", "engine", "image", "image_id", "image_archive", "image_from", "model", "draft_model",
+        "parallel", "launch",
         "engine_args", "engine_flags", "env", "kv_cache", "overlays", "overlays_from", "overlays_repo", "memory",
         "fabric", "readiness", "supervise", "host", "bench", "supply",
     }
