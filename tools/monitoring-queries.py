@@ -58,6 +58,7 @@ TEXTFILE_SERIES = (
     "sparkserve_nccl_probe_timestamp_seconds",
     "sparkserve_deployment_info",
     "sparkserve_deployment_start_time_seconds",
+    "sparkserve_rank_transport_info",
     "sparkserve_deployment_ttft_p99_limit_seconds",
 )
 

@@ -29,6 +29,8 @@ from types import ModuleType
 from typing import Any, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
+# module_utils/nccl_probe.py reads NCCL's lines with the node library, which it imports from the collection.
+sys.path.insert(0, str(ROOT / "collections"))
 PROBE = ROOT / "roles/fabric/files/sparkserve-nccl-probe.py"
 
 

@@ -3,37 +3,21 @@
 The probe (roles/fabric/files/sparkserve-nccl-probe.py) prints one
 ``SPARKSERVE_NCCL {json}`` line per message size and a closing
 ``SPARKSERVE_NCCL_DONE {json}``; NCCL itself, run with NCCL_DEBUG=INFO, says
-which transport each channel uses (``via NET/IB/0``, ``via NET/Socket/0``,
-``via P2P/CUMEM``, ``via SHM/direct``) and which network it loaded
-(``Using network IB`` or ``Using network Socket``). The channels are the
-truth: NCCL loads a network even when every channel goes over NVLink, so the
-loaded network counts only where no channel line was logged. Standard
-library only.
+which network and transports it uses, which the node library's reader
+(module_utils/node/nccl_log.py) reads, as it does for every rank's log at a
+launch. Standard library only.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from typing import Any, Dict, List, Optional, Sequence
+
+from ansible_collections.sparkserve.deploy.plugins.module_utils.node import nccl_log
 
 RESULT_TAG = "SPARKSERVE_NCCL"
 DONE_TAG = "SPARKSERVE_NCCL_DONE"
-TRANSPORTS = ("NET/IB", "NET/Socket", "P2P", "SHM")
-
-_CHANNEL = re.compile(r"\bvia (NET/IB\w*|NET/Socket|P2P|SHM)\b")
-_NETWORK = re.compile(r"\bUsing network (IB\w*|Socket)\b")
-_NET_DEVICES = re.compile(r"\bNET/(IB|Socket) : Using (.+?)(?:; OOB .*)?$")
-_WARN = re.compile(r"\bNCCL WARN (.+)$")
-
-
-def _transport(token: str) -> str:
-    """NET/IB plug-ins (NET/IBext_v8, ...) count as NET/IB."""
-    if token.startswith("NET/IB") or token.startswith("IB"):
-        return "NET/IB"
-    if token in ("Socket", "NET/Socket"):
-        return "NET/Socket"
-    return token
+TRANSPORTS = nccl_log.TRANSPORTS
 
 
 def _tagged(line: str, tag: str) -> Optional[Dict[str, Any]]:
@@ -56,13 +40,9 @@ def _between_ranks(transports: set) -> Optional[str]:
 
 
 def parse(text: str) -> Dict[str, Any]:
-    """What one run of the probe measured and which transports NCCL used."""
+    """What one run of the probe measured and which transports NCCL used (node/nccl_log.py reads NCCL's lines)."""
     results: List[Dict[str, Any]] = []
     done: Optional[Dict[str, Any]] = None
-    seen: set = set()
-    networks: set = set()
-    devices: List[str] = []
-    warnings: List[str] = []
     for line in text.splitlines():
         result = _tagged(line, RESULT_TAG)
         if result is not None:
@@ -71,27 +51,18 @@ def parse(text: str) -> Dict[str, Any]:
         closing = _tagged(line, DONE_TAG)
         if closing is not None:
             done = closing
-            continue
-        seen.update(_transport(m) for m in _CHANNEL.findall(line))
-        networks.update(_transport(m) for m in _NETWORK.findall(line))
-        match = _NET_DEVICES.search(line)
-        if match:
-            devices += [d for d in match.group(2).split() if d != "[RO]" and d not in devices]
-        warn = _WARN.search(line)
-        if warn and len(warnings) < 5:
-            warnings.append(warn.group(1).strip())
-    transport = _between_ranks(seen if seen else networks)
+    nccl = nccl_log.read(text)
     largest = max(results, key=lambda r: r.get("size_bytes", 0)) if results else None
     return {
         "results": results,
         "complete": done is not None,
         "correct": bool(done and done.get("correct")),
         "world_size": (done or {}).get("world_size"),
-        "transport": transport,
-        "transports_seen": sorted(seen),
-        "network": sorted(networks)[0] if networks else None,
-        "net_devices": devices,
-        "warnings": warnings,
+        "transport": nccl["transport"],
+        "transports_seen": nccl["transports_seen"],
+        "network": nccl["network"],
+        "net_devices": nccl["net_devices"],
+        "warnings": nccl["warnings"],
         "busbw_gbps": largest.get("busbw_gbps") if largest else None,
         "size_bytes": largest.get("size_bytes") if largest else None,
     }

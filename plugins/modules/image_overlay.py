@@ -16,7 +16,7 @@ description:
   - The engine role bind-mounts each result read-only over its path in the container; the module returns the
     mount strings (C(HOST_PATH:PATH:ro)).
   - When every result is already in I(dest) with its I(result_sha256), docker is not called at all.
-  - Otherwise the originals are read from a container that is created with C(--network none) and
+  - Otherwise the originals are read from a container that is created with C(--pull never), C(--network none) and
     C(--entrypoint /bin/true) and never started (C(docker cp CID:PATH -)), and that is always removed afterwards.
   - Nothing is written unless every file passes every check; a failure names the file and the hashes, or the hunk,
     line and expected against found line of a patch that does not apply.
@@ -148,6 +148,9 @@ from ansible_collections.sparkserve.deploy.plugins.module_utils.unified_diff imp
 
 Runner = Callable[[Sequence[str]], Tuple[int, bytes, str]]
 
+# docker create --pull never, of an image the node does not hold.
+NO_SUCH_IMAGE = re.compile(r"no such image", re.IGNORECASE)
+LOCAL_NAME = re.compile(r":sha256-([0-9a-f]{64})$")
 IMAGE_PATTERN = re.compile(r"^[^\s@]+(@sha256:|:sha256-)[0-9a-f]{64}$")
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 MARKER = ".sparkserve-overlay"
@@ -163,6 +166,10 @@ class OverlayError(Exception):
         super().__init__("\n".join(errors))
         self.msg = "\n".join(errors)
         self.errors = errors
+
+
+class ImageMissingError(OverlayError):
+    """The node does not hold the image (docker create --pull never found none): the image stage brings it."""
 
 
 @dataclass
@@ -290,8 +297,12 @@ def read_tar_member(stream: bytes, path: str) -> bytes:
 def extract(image: str, paths: Sequence[str], docker: str,
             runner: Runner) -> tuple[dict[str, bytes], list[str], list[str]]:
     """Read files out of the image through a container that is never started; (contents, errors, warnings)."""
-    rc, out, err = runner([docker, "create", "--network", "none", "--entrypoint", "/bin/true", image])
+    rc, out, err = runner([docker, "create", "--pull", "never", "--network", "none", "--entrypoint", "/bin/true",
+                           image])
     ids = out.decode("utf-8", "replace").split()
+    if rc != 0 and NO_SUCH_IMAGE.search(err):
+        raise ImageMissingError([f"the image {image} is not on this node: the image stage brings it before the "
+                            "overlays (site.yml --tags image)"])
     if rc != 0 or not ids:
         raise OverlayError([f"could not create a container of {image} to read its files from: "
                             f"{err.strip() or f'exit status {rc}'}"])
@@ -384,9 +395,14 @@ def read_plain(path: str) -> bytes | None:
         return None
 
 
+def pinned_form(image: str) -> str:
+    """REPO@sha256:<hex> for the image's local name REPO:sha256-<hex> (the same image): the marker records it so."""
+    return LOCAL_NAME.sub(r"@sha256:\1", image)
+
+
 def provenance(image: str, entries: Sequence["Entry"]) -> dict[str, Any]:
     """What the results are made from, as the marker records it."""
-    return {"note": MARKER_NOTE, "image": image,
+    return {"note": MARKER_NOTE, "image": pinned_form(image),
             "files": {e.path: {"original_sha256": e.original_sha256, "result_sha256": e.result_sha256,
                                "patch_sha256": hashlib.sha256(e.patch.encode() if isinstance(e.patch, str) else e.patch)
                                .hexdigest()} for e in entries}}
@@ -418,7 +434,7 @@ def converge(image: str, dest: str, files: Sequence[Mapping[str, Any]], docker: 
     # A result counts as done only when it has its hash AND was made from this image, original and patch:
     # a new image (or patch) is extracted and checked again, so an original that changed is caught.
     needed = [e for e in entries if existing_sha256(dest, e.path) != e.result_sha256
-              or made_from.get("image") != image
+              or made_from.get("image") != pinned_form(image)
               or (made_from.get("files") or {}).get(e.path) != wanted["files"][e.path]]
     stale = find_stale(dest, {e.path for e in entries})
     if stale and not has_marker:
@@ -433,7 +449,17 @@ def converge(image: str, dest: str, files: Sequence[Mapping[str, Any]], docker: 
     originals: dict[str, bytes] = {}
     warnings: list[str] = []
     if needed:
-        originals, errors, warnings = extract(image, [e.path for e in needed], docker, runner)
+        try:
+            originals, errors, warnings = extract(image, [e.path for e in needed], docker, runner)
+        except ImageMissingError as missing:
+            if not check_mode:
+                raise
+            # Check mode before the image stage ran: what would be written, checked once the image is there.
+            return Outcome(changed=True, written=[e.host_path for e in needed], removed=stale,
+                           results=[{"path": e.path, "host_path": e.host_path, "sha256": e.result_sha256}
+                                    for e in entries],
+                           mounts=[f"{e.host_path}:{e.path}:ro" for e in entries], diff=[],
+                           warnings=[f"{missing.msg}; in check mode the overlays are not checked against it"])
         built, build_errors = build(needed, originals)
         errors += build_errors
         if errors:

@@ -105,7 +105,9 @@ def test_the_toy_renders_its_command_line_and_facts(toy: Engine) -> None:
     head = render_rank(checked, "d", 0, 2, "10.77.1.11")
     assert head["argv"] == ["toyserve", "--weights", "/models/m", "--world", "2", "--rank", "0",
                             "--meet", "10.77.1.11:29501", "--listen", "8000", "--kv", "q8", "--threads", "4"]
-    assert head["env"] == {"A": "1"}
+    # Over several nodes every rank's NCCL says which network it chose (the launch reads it); the recipe's env after.
+    assert head["env"] == {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET", "A": "1"}
+    assert render_rank(checked, "d", 0, 1, "")["env"] == {"A": "1"}
     assert head["endpoints"] == {"health": "/ping", "models": "/toy/models", "completions": "/toy/complete",
                                  "metrics": "/toy/metrics"}
     worker = render_rank(checked, "d", 1, 2, "10.77.1.11")

@@ -126,9 +126,12 @@ def test_split_patch_keys_by_target_path() -> None:
 class FakeDocker:
     """Stands in for the docker client: create, cp (a tar stream of the originals) and rm, recording every argv."""
 
-    def __init__(self, originals: dict[str, bytes], create_rc: int = 0) -> None:
+    CONFLICT = "Error response from daemon: Conflict. The container name is already in use\n"
+
+    def __init__(self, originals: dict[str, bytes], create_rc: int = 0, create_err: str = CONFLICT) -> None:
         self.originals = originals
         self.create_rc = create_rc
+        self.create_err = create_err
         self.calls: list[list[str]] = []
 
     def __call__(self, argv: Sequence[str]) -> tuple[int, bytes, str]:
@@ -136,7 +139,7 @@ class FakeDocker:
         self.calls.append(argv)
         if argv[1] == "create":
             if self.create_rc:
-                return self.create_rc, b"", "Error response from daemon: No such image\n"
+                return self.create_rc, b"", self.create_err
             return 0, b"c0ffee\n", ""
         if argv[1] == "cp":
             cid, path = argv[2].split(":", 1)
@@ -154,7 +157,8 @@ class FakeDocker:
         raise AssertionError(f"unexpected docker call {argv}")
 
     def check_safe(self) -> None:
-        assert self.calls[0] == ["docker", "create", "--network", "none", "--entrypoint", "/bin/true", IMAGE]
+        assert self.calls[0] == ["docker", "create", "--pull", "never", "--network", "none", "--entrypoint",
+                                 "/bin/true", IMAGE]
         assert not any("start" in argv or "run" in argv or "exec" in argv for argv in self.calls)
         assert self.calls[-1] == ["docker", "rm", "-f", "c0ffee"]
 
@@ -389,3 +393,31 @@ def test_main_fails_when_the_image_cannot_be_read(tmp_path: Path, monkeypatch: p
     out = run_main({"image": IMAGE, "dest": str(tmp_path / "lab"), "files": recipe_files()}, capsys)
     assert out["failed"] is True and f"could not create a container of {IMAGE}" in out["msg"]
     assert [argv[1] for argv in docker.calls] == ["create"]  # no container, nothing to remove
+
+
+def test_an_image_the_node_lacks_is_never_pulled_and_named_as_the_image_stages(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    local = IMAGE.replace("@sha256:", ":sha256-")
+    docker = FakeDocker(originals(), create_rc=1, create_err=f"Error: No such image: {local}\n")
+    monkeypatch.setattr(io_mod, "run", docker)
+    out = run_main({"image": local, "dest": str(tmp_path / "lab"), "files": recipe_files()}, capsys)
+    assert out["failed"] is True
+    assert out["msg"] == (f"the image {local} is not on this node: the image stage brings it before the overlays "
+                          "(site.yml --tags image)")
+    assert docker.calls[0][:4] == ["docker", "create", "--pull", "never"]
+    # In check mode before the image stage ran: what would be written, and nothing written.
+    checked = run_main({"image": local, "dest": str(tmp_path / "lab"), "files": recipe_files(),
+                        "_ansible_check_mode": True}, capsys)
+    assert checked["changed"] is True and "failed" not in checked
+    assert checked["written"] == [str(tmp_path / "lab") + MODEL_PY, str(tmp_path / "lab") + SAMPLER_PY]
+    assert any("not checked against it" in str(w) for w in checked.get("warnings", []))
+    assert not (tmp_path / "lab").exists()
+
+
+def test_the_local_name_and_the_digest_name_make_the_same_record(tmp_path: Path) -> None:
+    dest = tmp_path / "lab"
+    io_mod.converge(IMAGE, str(dest), recipe_files(), runner=FakeDocker(originals()))
+    local = IMAGE.replace("@sha256:", ":sha256-")
+    docker = FakeDocker(originals())
+    again = io_mod.converge(local, str(dest), recipe_files(), runner=docker)
+    assert again.changed is False and docker.calls == []

@@ -25,6 +25,7 @@ from .cli import ServeArgs
 from .knobs import KnobError, Knobs, read_knobs
 from .logs import Logger
 from .metrics import Metrics
+from .nccl import print_nccl_init
 from .provenance import source_hashes
 from .rendezvous import Channel, HeadRendezvous, JoinError, join_head, listen, start_heartbeat, watch_head
 from .server import Api, DoubleHTTPServer
@@ -208,7 +209,9 @@ def _open_head(args: ServeArgs, api: Api, log: Logger, stop: threading.Event,
             log.error("cannot listen on the master port %d: %s" % (args.master_port, exc.strerror or exc))
             server.server_close()
             return None
-        HeadRendezvous(api.state, log, knobs.heartbeat_s, knobs.heartbeat_timeout_s, stop).start(listener)
+        # NCCL's init lines (NCCL_DEBUG=INFO) once every worker rank has joined, before the engine can be ready.
+        HeadRendezvous(api.state, log, knobs.heartbeat_s, knobs.heartbeat_timeout_s, stop,
+                       lambda: print_nccl_init(log, os.environ, args.node_rank, args.nnodes)).start(listener)
         log.info("rendezvous: listening on port %d for %d worker ranks" % (args.master_port, args.nnodes - 1))
     return server
 
@@ -296,6 +299,7 @@ def run_worker(args: ServeArgs, knobs: Knobs, log: Logger, stop: threading.Event
         log.error(str(exc))
         return 1
     log.info("joined the head at %s as node rank %d of %d" % (head, args.node_rank, args.nnodes))
+    print_nccl_init(log, os.environ, args.node_rank, args.nnodes)  # the distributed groups' init, before the load
     start_heartbeat(channel, knobs.heartbeat_s, stop)
     lost = threading.Event()
     lost_reason: list[str] = []

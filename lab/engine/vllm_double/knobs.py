@@ -1,5 +1,5 @@
 """Environment knobs of the double: how fast it loads (and how much memory it takes), answers and accepts drafts,
-and when it stalls or crashes.
+when it stalls or crashes, and which network NCCL's log says it chose.
 
 Every knob is read once at startup. A malformed value stops the engine with
 a line naming the variable, as a misconfigured engine would.
@@ -34,6 +34,11 @@ class Knobs:
     heartbeat_timeout_s: float = 10.0  # VLLM_DOUBLE_HEARTBEAT_TIMEOUT_S: silence that counts as a lost rank
     ready_timeout_s: float = 600.0  # VLLM_ENGINE_READY_TIMEOUT_S: how long the head waits for every rank
     api_key: str | None = None  # VLLM_API_KEY: as --api-key
+    nccl_net: str = "IB"  # VLLM_DOUBLE_NCCL_NET: the network NCCL's log lines report (IB, Socket, regmr)
+
+
+# VLLM_DOUBLE_NCCL_NET's values, as spelt in the README; read case-insensitively.
+NCCL_NETS = ("IB", "Socket", "regmr")
 
 
 def _number(env: Mapping[str, str], name: str, default: float, positive: bool = False) -> float:
@@ -62,6 +67,17 @@ def _probabilities(env: Mapping[str, str], name: str, default: tuple[float, ...]
     return values
 
 
+def read_nccl_net(env: Mapping[str, str]) -> str:
+    """VLLM_DOUBLE_NCCL_NET as one of NCCL_NETS (default IB); raises KnobError on another value."""
+    text = env.get("VLLM_DOUBLE_NCCL_NET", "").strip()
+    if not text:
+        return Knobs.nccl_net
+    for name in NCCL_NETS:
+        if text.lower() == name.lower():
+            return name
+    raise KnobError("VLLM_DOUBLE_NCCL_NET is %r; give one of %s" % (text, ", ".join(NCCL_NETS)))
+
+
 def read_knobs(env: Mapping[str, str]) -> Knobs:
     """The knobs from an environment; raises KnobError on a malformed value."""
     base = Knobs()
@@ -81,4 +97,5 @@ def read_knobs(env: Mapping[str, str]) -> Knobs:
         heartbeat_timeout_s=_number(env, "VLLM_DOUBLE_HEARTBEAT_TIMEOUT_S", base.heartbeat_timeout_s, positive=True),
         ready_timeout_s=_number(env, "VLLM_ENGINE_READY_TIMEOUT_S", base.ready_timeout_s, positive=True),
         api_key=env.get("VLLM_API_KEY") or None,
+        nccl_net=read_nccl_net(env),
     )

@@ -101,12 +101,17 @@ class HeadRendezvous:
     """Accepts workers on the master port and keeps their connections."""
 
     def __init__(self, state: EngineState, log: Logger, heartbeat_s: float, timeout_s: float,
-                 stop: threading.Event) -> None:
+                 stop: threading.Event, on_all_joined: Callable[[], None] | None = None) -> None:
         self.state = state
         self.log = log
         self.heartbeat_s = heartbeat_s
         self.timeout_s = timeout_s
         self.stop = stop
+        # Run once, when the last worker rank has joined, before any worker thread reads its "ready": the head's
+        # distributed-group init (NCCL's log lines).
+        self.on_all_joined = on_all_joined
+        self._all_joined_lock = threading.Lock()
+        self._all_joined_done = False
 
     def start(self, listener: socket.socket) -> None:
         threading.Thread(target=self._accept_loop, args=(listener,), daemon=True, name="rendezvous").start()
@@ -146,7 +151,18 @@ class HeadRendezvous:
             return None
         self.log.info("rendezvous: node rank %d joined from %s (%d of %d worker ranks)"
                       % (rank, peer, len(self.state.joined()), self.state.nnodes - 1))
+        self._maybe_all_joined()
         return rank
+
+    def _maybe_all_joined(self) -> None:
+        """Run on_all_joined once every worker rank has joined; a thread that comes while it runs waits for it."""
+        if self.on_all_joined is None:
+            return
+        with self._all_joined_lock:
+            if self._all_joined_done or len(self.state.joined()) < self.state.nnodes - 1:
+                return
+            self._all_joined_done = True
+            self.on_all_joined()
 
     def _serve_worker(self, conn: socket.socket, address: Any) -> None:
         peer = "%s:%s" % (address[0], address[1])

@@ -78,6 +78,10 @@ METRIC_MEANINGS: Mapping[str, str] = {
 SAFETENSORS_LOAD_PROGRESS = r"Loading safetensors checkpoint shards:\s*\d+% Completed \| (?P<done>\d+)/(?P<total>\d+)"
 
 
+# NCCL's INFO lines of its init and network (which network, which devices, each channel's transport), a few
+# dozen lines per rank at start-up: read by the launch (module rank_transport) and the supervisor.
+NCCL_REPORT_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
+
 class Engine:
     """The base of every adapter; a subclass sets the class attributes and ``launch_argv``."""
 
@@ -155,6 +159,11 @@ class Engine:
     def environment(self, recipe: Mapping[str, Any]) -> Dict[str, str]:
         """The render's own environment for every rank, before the recipe's env."""
         return {}
+
+    def network_report_environment(self, world_size: int) -> Dict[str, str]:
+        """What makes NCCL say, in every rank's log, which network it chose between the nodes (the launch reads
+        it: fabric.require_rdma); nothing on one node. vLLM and SGLang both run NCCL."""
+        return dict(NCCL_REPORT_ENV) if world_size > 1 else {}
 
     def metrics_served(self, recipe: Mapping[str, Any]) -> bool:
         """Whether the head serves the metrics path with this recipe."""

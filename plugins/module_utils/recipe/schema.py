@@ -600,6 +600,18 @@ RECIPE_SPEC: Dict[str, Any] = {
                                    "(2.21 and later, which selects the GID dynamically when `NCCL_IB_GID_INDEX` "
                                    "is unset / -1) picks each device's RoCE v2 IPv4 GID itself.",
                 },
+                "require_rdma": {
+                    "type": "bool",
+                    "default": True,
+                    "description": "On more than one node: every launch reads, in each rank's log, which network "
+                                   "NCCL chose (the launch runs the ranks with `NCCL_DEBUG=INFO`, "
+                                   "`NCCL_DEBUG_SUBSYS=INIT,NET`), and fails naming each rank that does not use "
+                                   "RDMA (`NET/IB`) over every twin (sockets, one twin, a failed RDMA memory "
+                                   "registration), with NCCL's own line, the likely cause and the fix. `false` "
+                                   "serves anyway; each rank's transport is a metric "
+                                   "(`sparkserve_rank_transport_info`) either way. A one-node deployment has no "
+                                   "network between ranks and is not checked.",
+                },
                 "nccl_probe": {
                     "type": "dict",
                     "default": {},
