@@ -1237,3 +1237,68 @@ def test_a_null_metrics_path_means_no_metrics(tmp_path: Path, capsys: pytest.Cap
     path.write_text(json.dumps({**config_data(tmp_path), "metrics_path": None}), encoding="utf-8")
     assert sv.main(["--config", str(path), "--check-config"]) == 0
     assert sv.load_config(str(path)).metrics_path is None
+
+
+# --- NCCL's network after a heal -------------------------------------------------------------------------------
+
+TWINS = ["rocep1s0f1", "roceP2p1s0f1"]
+NCCL_SOCKETS = ["spark:1:1 [0] NCCL INFO NET/IB : No device found.",
+                "spark:1:1 [0] NCCL INFO NET/Socket : Using [0]enp1s0f1np1:10.77.1.11<0>",
+                "spark:1:1 [0] NCCL INFO Using network Socket"]
+NCCL_IB = ["spark:1:1 [0] NCCL INFO NET/IB : Using [0]rocep1s0f1:1/RoCE [1]roceP2p1s0f1:1/RoCE [RO]; OOB x",
+           "spark:1:1 [0] NCCL INFO Using network IB"]
+
+
+def nccl_lab(tmp_path: Path, lines: list[str], require_rdma: bool = True, report: bool = True) -> tuple[Lab, Path]:
+    """A lab whose render asks NCCL for its report (as every launch does) and whose ranks, once started again, log
+    the given NCCL lines."""
+    lab, path = metrics_lab(tmp_path, rdma_devices=TWINS)
+    data = render_data()
+    for entry in data["ranks"].values():
+        entry["env"] = {"NCCL_DEBUG": "INFO"} if report else {}
+    data["recipe"]["fabric"] = {"require_rdma": require_rdma}
+    lab.write_render(data)
+
+    def log_nccl() -> None:
+        for rank in range(2):
+            container = lab.cluster.container(rank)
+            if container.running and container.started_at == lab.clock():
+                container.logs += [(lab.clock(), line) for line in lines]
+    lab.cluster.started.append(log_nccl)
+    return lab, path.parent / f"transport-{DEPLOYMENT}.prom"
+
+
+def test_a_heal_whose_ranks_fell_back_to_sockets_fails_naming_them(tmp_path: Path) -> None:
+    lab, series = nccl_lab(tmp_path, NCCL_SOCKETS)
+    kill_worker(lab)
+    lab.step()
+    assert lab.names() == ["heal_started", "transport", "heal_failed"]
+    transport, failed = lab.events()[1:]
+    assert [p.split(":")[0] for p in transport["problems"]] == ["rank 0 on spark-1", "rank 1 on spark-2"]
+    assert failed["why"].startswith("NCCL does not use RDMA between the nodes: rank 0 on spark-1: NCCL runs over "
+                                    "TCP sockets, not RDMA: NCCL found no RDMA device")
+    assert lab.cluster.running() == [False, False]  # a failed attempt leaves no rank running
+    text = series.read_text(encoding="utf-8")
+    assert 'sparkserve_rank_transport_info{deployment="lab-tp2",node="spark-2",rank="1",transport="NET/Socket"} 1' \
+        in text
+
+
+def test_without_require_rdma_the_heal_serves_on_sockets_and_says_so(tmp_path: Path) -> None:
+    lab, series = nccl_lab(tmp_path, NCCL_SOCKETS, require_rdma=False)
+    kill_worker(lab)
+    lab.step()
+    assert lab.names() == ["heal_started", "transport", "healed"] and lab.supervisor.state == "watching"
+    assert series.read_text(encoding="utf-8").count('transport="NET/Socket"} 1') == 2
+
+
+def test_rdma_over_both_twins_heals_with_no_word_and_an_old_render_is_not_read(tmp_path: Path) -> None:
+    lab, series = nccl_lab(tmp_path, NCCL_IB)
+    kill_worker(lab)
+    lab.step()
+    assert lab.names() == ["heal_started", "healed"]
+    assert series.read_text(encoding="utf-8").count('transport="NET/IB"} 1') == 2
+    (tmp_path / "old").mkdir()
+    old, old_series = nccl_lab(tmp_path / "old", [], report=False)
+    kill_worker(old)
+    old.step()
+    assert old.names() == ["heal_started", "healed"] and not old_series.exists()

@@ -61,10 +61,17 @@ Config (JSON object, unknown keys refused)::
      "pause_file": "/etc/sparkserve/supervisor/lab-tp2.paused",
      "flusher_unit": "sparkserve-flusher@lab-tp2.service",
      "memguard_unit": "sparkserve-memguard.service",
-     "metrics_path": "/var/lib/node_exporter/textfile/sparkserve-supervisor-lab-tp2.prom"}
+     "metrics_path": "/var/lib/node_exporter/textfile/sparkserve-supervisor-lab-tp2.prom",
+     "rdma_devices": ["rocep1s0f1", "roceP2p1s0f1"]}
 
-``pause_file``, ``flusher_unit``, ``memguard_unit`` and ``metrics_path`` may be
-left out.  While the pause file
+``pause_file``, ``flusher_unit``, ``memguard_unit``, ``metrics_path`` and
+``rdma_devices`` may be left out.  After a heal over several nodes of a render
+whose ranks run with ``NCCL_DEBUG=INFO`` (every launch of sparkserve asks for
+it), every rank's log since the heal began is read for the network NCCL chose,
+as the launch reads it: ``transport-DEPLOYMENT.prom`` beside ``metrics_path``
+gets ``sparkserve_rank_transport_info`` of each rank, a ``transport`` event
+names each rank not on RDMA over every one of ``rdma_devices``, and with the
+recipe's ``fabric.require_rdma`` (the default) that heal fails.  While the pause file
 exists the supervisor does nothing (an operator working on the nodes creates
 it).  The flusher unit, when given, is started on every node before the ranks
 start again and stopped once they are ready (or the attempt ends), as the

@@ -16,8 +16,8 @@ CONFIG_KEYS = ("deployment", "render_path", "head", "nodes", "rank_hosts", "ssh_
                "lock_dir", "state_dir", "api_base")
 # Keys that may be left out: an operator's pause file, the page-cache flusher unit run on every node during
 # a restart's load, and the memory guard's unit armed on every node before the ranks, as the launch does.
-# And the node-exporter textfile of its metrics.
-OPTIONAL_CONFIG_KEYS = ("pause_file", "flusher_unit", "memguard_unit", "metrics_path")
+# And the node-exporter textfile of its metrics, and the twins' RoCE devices every rank's NCCL must use.
+OPTIONAL_CONFIG_KEYS = ("pause_file", "flusher_unit", "memguard_unit", "metrics_path", "rdma_devices")
 UNIT_PATTERN = re.compile(r"[A-Za-z0-9:_.@-]+\.service")
 
 
@@ -37,6 +37,17 @@ class Config:
     flusher_unit: str | None = None
     memguard_unit: str | None = None
     metrics_path: str | None = None
+    rdma_devices: tuple[str, ...] = ()
+
+
+def _rdma_devices(raw: Mapping[str, Any]) -> tuple[str, ...]:
+    value = raw.get("rdma_devices")
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(f'rdma_devices is {json.dumps(value)}; set a list of RoCE device names, like '
+                          '["rocep1s0f1", "roceP2p1s0f1"]')
+    return tuple(value)
 
 
 def _absolute_path(raw: Mapping[str, Any], key: str) -> str:
@@ -136,6 +147,7 @@ def parse_config(raw: object) -> Config:
         flusher_unit=_unit(raw, "flusher_unit"),
         memguard_unit=_unit(raw, "memguard_unit"),
         metrics_path=_absolute_path(raw, "metrics_path") if raw.get("metrics_path") is not None else None,
+        rdma_devices=_rdma_devices(raw),
     )
 
 

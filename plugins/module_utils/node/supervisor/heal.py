@@ -11,13 +11,13 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .. import docker
+from .. import docker, nccl_log
 from ..api import http_request
 from ..config import is_number
 from ..files import append_line, write_atomic
 from ..lifecycle import Shutdown, log
 from ..process import Runner, one_line, run_command
-from ..textfile import TextfileWriter
+from ..textfile import MetricFamily, TextfileWriter
 from .config import Config
 from .heal_lock import DeploymentLock, LockLost
 from .nodes import Nodes, Seen
@@ -43,6 +43,8 @@ LOCK_MARGIN_S = 300  # added to memory_wait_s and the ready timeout for the heal
 CAUSE_LINE_CHARS = 200
 DETAIL_CHARS = 200
 LOGS_TIMEOUT_S = 60.0
+# The same series the launch writes (roles/engine, transport.yml), rewritten after every heal.
+TRANSPORT_HELP = "The network NCCL uses between the nodes on each rank, as its log says (NET/IB is RDMA)."
 START_TIMEOUT_S = 120.0
 SYSTEMCTL_TIMEOUT_S = 60.0
 STOP_MARGIN_S = 60.0  # a docker stop may take its grace and this much more
@@ -380,7 +382,7 @@ class Supervisor:
                     return Outcome("failed", problem)
                 self.lock.renew(self.clock(), lease_s)
                 self.phase(number, "waiting for readiness", cause)
-                why = self.wait_ready(render)
+                why = self.wait_ready(render) or self.check_transport(render, started)
             finally:
                 self.systemctl(render, "stop", self.config.flusher_unit)
         except LockLost as lost:
@@ -394,6 +396,34 @@ class Supervisor:
                     stopped_s=round(stopped_at - started, 1), memory_s=round(memory_at - stopped_at, 1),
                     ready_s=round(ready_at - memory_at, 1))
         return Outcome("healed")
+
+    def check_transport(self, render: Render, since: float) -> str:
+        """After a heal over several nodes, which network every rank's NCCL chose, as the launch reads it (its own
+        lines since the heal began): recorded for Prometheus, and why the heal failed when a rank does not use
+        RDMA over every twin and the recipe requires it; empty otherwise. A render launched without NCCL's
+        report (before sparkserve asked for it) is not read."""
+        if len(render.nodes()) < 2 or not render.nccl_reports:
+            return ""
+        problems, samples = [], []
+        for rank in render.ranks:
+            rc, out, err = self.nodes.run(rank.node, ["docker", "logs", "--since", str(int(since)), rank.container],
+                                          LOGS_TIMEOUT_S)
+            report = nccl_log.read(out + "\n" + err) if rc == 0 else {"transport": None}
+            problem = (nccl_log.problem(report, self.config.rdma_devices) if rc == 0
+                       else f"its log could not be read: {one_line(err or out, DETAIL_CHARS)}")
+            if problem:
+                problems.append(f"rank {rank.rank} on {rank.node}: {problem}")
+            samples.append(({"deployment": self.config.deployment, "rank": str(rank.rank), "node": rank.node,
+                             "transport": report["transport"] or "none"}, 1.0))
+        if self.config.metrics_path is not None:
+            path = os.path.join(os.path.dirname(self.config.metrics_path), f"transport-{self.config.deployment}.prom")
+            TextfileWriter(path, f"supervisor {self.config.deployment}").write([MetricFamily(
+                "sparkserve_rank_transport_info", "gauge", TRANSPORT_HELP, tuple(samples))])
+        if problems:
+            self.record("transport", problems=problems)
+        if problems and render.require_rdma:
+            return "NCCL does not use RDMA between the nodes: " + "; ".join(problems)
+        return ""
 
     def save_logs(self, render: Render, now: float) -> None:
         """Every rank's last log lines, on the head, before anything is stopped."""

@@ -63,6 +63,8 @@ class Render:
     stop_grace_s: int
     min_available_gib: float
     supervise: Supervise
+    require_rdma: bool = True  # the recipe's fabric.require_rdma: a heal over several nodes fails without RDMA
+    nccl_reports: bool = False  # the ranks run with NCCL_DEBUG=INFO: their logs say which network NCCL chose
 
     @property
     def key(self) -> tuple[str, float]:
@@ -176,6 +178,9 @@ def parse_render(data: object, config: Config, mtime: float) -> Render:
     if order not in ORDERS:
         raise RenderError(f"recipe.launch.order is {json.dumps(order)}, not one of {', '.join(ORDERS)}")
     dead = dig(data, "adapter.dead_health_pattern", "")
+    require_rdma = dig(data, "recipe.fabric.require_rdma", True)
+    if not isinstance(require_rdma, bool):
+        raise RenderError(f"recipe.fabric.require_rdma is {json.dumps(require_rdma)}, not true or false")
     fatal = dig(data, "adapter.fatal_log_patterns", [])
     if not isinstance(fatal, list):
         raise RenderError(f"adapter.fatal_log_patterns is {json.dumps(fatal)}, not a list")
@@ -195,6 +200,9 @@ def parse_render(data: object, config: Config, mtime: float) -> Render:
         stop_grace_s=int(_render_number(data, "recipe.launch.stop_grace_s", 10, 0, whole=True)),
         min_available_gib=_render_number(data, "recipe.memory.min_available_gib", 0, 0),
         supervise=_supervise(data),
+        require_rdma=require_rdma,
+        nccl_reports=any(str(dig(entry, "env.NCCL_DEBUG", "")).upper() == "INFO"
+                         for entry in (dig(data, "ranks") or {}).values()),
     )
 
 
