@@ -51,6 +51,29 @@ options:
     description: The nvidia-smi program.
     type: str
     default: nvidia-smi
+  known_bad:
+    description: Kernel, driver and firmware versions known to break RDMA, NCCL or the GPU (roles/preflight's
+      C(known_bad.yml)), each C(component) (C(kernel), C(driver), C(firmware)), C(versions) and/or C(prefixes),
+      C(breaks) (C(rdma), C(nccl), C(gpu)), C(what), C(fix), C(worked_around_by) (a kernel command-line word) and
+      C(sources). The node's kernel release and command line are read from C(/proc), the driver from nvidia-smi,
+      each RoCE device's firmware from O(rdma_sysfs_root). A match is a warning with the fix, or a problem when
+      it breaks RDMA and O(needs_rdma); a kernel command line holding its C(worked_around_by) is neither.
+    type: list
+    elements: dict
+    default: []
+  needs_rdma:
+    description: The deployment needs RDMA between its nodes (several nodes, the recipe's C(fabric.require_rdma)).
+    type: bool
+    default: false
+  rdma_devices:
+    description: This node's RoCE devices, whose firmware is read.
+    type: list
+    elements: str
+    default: []
+  rdma_sysfs_root:
+    description: Root of the RDMA sysfs tree (C(DEVICE/fw_ver)).
+    type: path
+    default: /sys/class/infiniband
 author:
   - sparkserve
 """
@@ -72,6 +95,15 @@ problems:
   returned: always
   type: list
   elements: str
+warnings_known_bad:
+  description: Each known-bad version this node runs that is a warning here (it is also said as a warning).
+  returned: always
+  type: list
+  elements: str
+versions:
+  description: What this node runs as the known-bad list names it, C(kernel), C(driver) and C(firmware) (lists).
+  returned: always
+  type: dict
 mem_available_bytes:
   description: MemAvailable from meminfo.
   returned: always
@@ -189,6 +221,45 @@ def port_holders(ports: Sequence[int], runner: Runner = run) -> dict[int, dict[s
     return held
 
 
+def read_text(path: str) -> str:
+    """A small file's text, stripped; empty when it cannot be read."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read().strip()
+    except OSError:
+        return ""
+
+
+def node_versions(params: dict, driver: str, proc: str) -> dict[str, list[str]]:
+    """What this node runs, as the known-bad list names it: the kernel release, the driver, each RoCE device's
+    firmware (those that say)."""
+    firmware = [read_text(os.path.join(params.get("rdma_sysfs_root") or "/sys/class/infiniband", device, "fw_ver"))
+                for device in params.get("rdma_devices") or []]
+    return {"kernel": [read_text(os.path.join(proc, "sys/kernel/osrelease"))], "driver": [driver],
+            "firmware": [f for f in firmware if f]}
+
+
+def known_bad_matches(entries: list[dict], versions: dict[str, list[str]], cmdline: list[str],
+                      needs_rdma: bool) -> tuple[list[str], list[str]]:
+    """(problems, warnings): one sentence per known-bad entry this node matches and does not work around."""
+    problems: list[str] = []
+    warnings: list[str] = []
+    for entry in entries:
+        component = str(entry.get("component", ""))
+        exact, prefixes = entry.get("versions") or [], entry.get("prefixes") or []
+        found = [v for v in versions.get(component, []) if v and (v in exact or any(v.startswith(p) for p in prefixes))]
+        workaround = entry.get("worked_around_by")
+        if not found or (workaround and workaround in cmdline):
+            continue
+        breaks = str(entry.get("breaks", ""))
+        sources = ", ".join(entry.get("sources") or []) or "no source given"
+        sentence = (f"{component} {found[0]} is known to break {breaks.upper() if breaks == 'rdma' else breaks} on "
+                    f"Sparks: {' '.join(str(entry.get('what', '')).split())}; fix: "
+                    f"{' '.join(str(entry.get('fix', '')).split())} (sources: {sources})")
+        (problems if breaks == "rdma" and needs_rdma else warnings).append(sentence)
+    return problems, warnings
+
+
 def check(params: dict, runner: Runner = run, proc: str = "/proc") -> dict:
     """Run every check; return the facts found and the problems."""
     problems: list[str] = []
@@ -240,8 +311,15 @@ def check(params: dict, runner: Runner = run, proc: str = "/proc") -> dict:
             "stop it or choose another port in the recipe (launch.*_port)."
         )
 
+    versions = node_versions(params, version, proc)
+    bad, warnings = known_bad_matches(params.get("known_bad") or [], versions,
+                                      read_text(os.path.join(proc, "cmdline")).split(), bool(params.get("needs_rdma")))
+    problems += bad
+
     return {
         "problems": problems,
+        "warnings_known_bad": warnings,
+        "versions": versions,
         "mem_available_bytes": available,
         "driver_version": version,
         "gpu_processes": foreign,
@@ -262,6 +340,10 @@ def main() -> None:
             "min_free_disk_bytes": {"type": "int", "default": 0},
             "meminfo_path": {"type": "path", "default": "/proc/meminfo"},
             "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
+            "known_bad": {"type": "list", "elements": "dict", "default": []},
+            "needs_rdma": {"type": "bool", "default": False},
+            "rdma_devices": {"type": "list", "elements": "str", "default": []},
+            "rdma_sysfs_root": {"type": "path", "default": "/sys/class/infiniband"},
         },
         supports_check_mode=True,
     )
@@ -269,6 +351,8 @@ def main() -> None:
         result = check(module.params)
     except (OSError, ValueError) as err:
         module.fail_json(msg=f"preflight could not read this node: {err}")
+    for warning in result["warnings_known_bad"]:
+        module.warn(warning)
     if result["problems"]:
         module.fail_json(msg="; ".join(result["problems"]), changed=False, **result)
     module.exit_json(changed=False, **result)
