@@ -32,5 +32,10 @@ def as_module(monkeypatch: pytest.MonkeyPatch) -> None:
     result. Tests run in any order (pytest-xdist), so the tests of modules reset that mark.
     """
     from ansible.module_utils import _internal
+    from ansible.module_utils.common import warnings
 
     monkeypatch.setattr(_internal, "is_controller", False)
+    # A module's warnings are kept process-wide until its result is written; a test that ran main() before in
+    # this worker must not lend its warnings to the next one.
+    warnings._global_warnings.clear()
+    warnings._global_deprecations.clear()

@@ -899,7 +899,8 @@ def test_draft_model_goes_through_engine_args_only() -> None:
 def test_env_precedence() -> None:
     data = base(env={"VLLM_ENGINE_READY_TIMEOUT_S": "7200", "NCCL_DEBUG": "WARN"}, readiness={"timeout_s": 900})
     env = rendered(data, 0)["env"]
-    assert env == {"VLLM_ENGINE_READY_TIMEOUT_S": "7200", "NCCL_DEBUG": "WARN"}
+    # The recipe's env comes last: over the engine's own and NCCL's report the launch asks for.
+    assert env == {"VLLM_ENGINE_READY_TIMEOUT_S": "7200", "NCCL_DEBUG": "WARN", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
     assert rendered(base(readiness={"timeout_s": 900}), 0)["env"]["VLLM_ENGINE_READY_TIMEOUT_S"] == "900"
 
 
@@ -950,7 +951,8 @@ def test_endpoints_per_engine() -> None:
 
 def test_sglang_workers_get_no_engine_environment_and_no_ports() -> None:
     out = rendered(base(engine="sglang"), 1)
-    assert out["env"] == {} and out["ports"] == []
+    # Only NCCL's report of its network, which every rank over several nodes gets.
+    assert out["env"] == {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"} and out["ports"] == []
 
 
 def test_render_output_is_json_serialisable() -> None:

@@ -58,7 +58,8 @@ def test_success_renders_every_rank(capsys: pytest.CaptureFixture[str]) -> None:
     assert head["argv"][:3] == ["vllm", "serve", "/models/tiny-model"]
     assert head["ports"] == [8000, 29501]
     assert worker["rank"] == 1 and "--headless" in worker["argv"] and worker["ports"] == []
-    assert worker["env"] == {"VLLM_ENGINE_READY_TIMEOUT_S": "300", "VLLM_DOUBLE_LOAD_MIB_S": "64",
+    assert worker["env"] == {"VLLM_ENGINE_READY_TIMEOUT_S": "300", "NCCL_DEBUG": "INFO",
+                             "NCCL_DEBUG_SUBSYS": "INIT,NET", "VLLM_DOUBLE_LOAD_MIB_S": "64",
                              "VLLM_DOUBLE_LOAD_DELAY_S": "2",
                              "VLLM_DOUBLE_STALL_FILE": "/root/.cache/vllm/sparkserve-stall",
                              "VLLM_DOUBLE_CRASH_FILE": "/root/.cache/vllm/sparkserve-crash"}
