@@ -102,8 +102,8 @@ from ansible_collections.sparkserve.deploy.plugins.module_utils.node.images impo
     local_ref,
     read_archive,
     tag_diff,
+    tag_image,
 )
-from ansible_collections.sparkserve.deploy.plugins.module_utils.node.process import run_command
 
 ARGUMENT_SPEC: Dict[str, Any] = {
     "path": {"type": "path", "required": True},
@@ -161,10 +161,9 @@ def main() -> None:
         if said or image_id_of(p["docker"], checked.image_id) is None:
             module.fail_json(msg=f"docker load of {p['path']} failed: {said or 'it did not load ' + checked.image_id}",
                              kind="archive_load_failed", **out)
-    rc, _, tag_err = run_command([p["docker"], "tag", checked.image_id, local], 60)
-    if rc != 0:
-        module.fail_json(msg=f"docker tag {checked.image_id} {local} failed: {tag_err.strip()}",
-                         kind="image_tag_failed")
+    tag_err = tag_image(p["docker"], checked.image_id, local)
+    if tag_err:
+        module.fail_json(msg=tag_err, kind="image_tag_failed")
     module.exit_json(changed=True, diff=tag_diff(local, named, checked.image_id), **out)
 
 

@@ -97,8 +97,8 @@ from ansible_collections.sparkserve.deploy.plugins.module_utils.node.images impo
     local_ref,
     pull,
     tag_diff,
+    tag_image,
 )
-from ansible_collections.sparkserve.deploy.plugins.module_utils.node.process import run_command
 
 ARGUMENT_SPEC: Dict[str, Any] = {
     "image": {"type": "str", "required": True},
@@ -135,9 +135,9 @@ def main() -> None:
     named = image_id_of(p["docker"], local)
     tagged = named != found
     if tagged and not module.check_mode:
-        rc, _, tag_err = run_command([p["docker"], "tag", str(found), local], 60)
-        if rc != 0:
-            module.fail_json(msg=f"docker tag {found} {local} failed: {tag_err.strip()}", kind="image_tag_failed")
+        tag_err = tag_image(p["docker"], str(found), local)
+        if tag_err:
+            module.fail_json(msg=tag_err, kind="image_tag_failed")
     module.exit_json(changed=pulled or tagged, image_id=found, pulled=pulled, tagged=tagged,
                      diff=tag_diff(local, named, found) if tagged else {})
 

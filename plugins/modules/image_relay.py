@@ -80,11 +80,11 @@ kind:
 
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
-from typing import IO, Any, Dict, List, Sequence, cast
+from typing import IO, Any, Dict, List, Sequence, Tuple, cast
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkserve.deploy.plugins.module_utils.node.images import image_id_of
+from ansible_collections.sparkserve.deploy.plugins.module_utils.node.images import image_id_of, tag_image
 from ansible_collections.sparkserve.deploy.plugins.module_utils.node.process import (
     one_line,
     remote_argv,
@@ -122,10 +122,13 @@ def send(image_id: str, local_name: str, peer: str, ssh: Sequence[str], docker: 
         return f"docker load there stopped: {one_line(said, 300)}"
     if saver.returncode != 0:
         return f"docker save here stopped: {one_line(saver_err.decode('utf-8', 'replace'), 300)}"
-    rc, _, err = run_command(remote_argv(ssh, peer, [docker, "tag", image_id, local_name]), 60)
-    if rc != 0:
-        return f"docker tag there failed: {one_line(err, 300)}"
-    held = image_id_of(docker, local_name, lambda argv, t: run_command(remote_argv(ssh, peer, argv), t))
+    def there(argv: Sequence[str], timeout: float) -> Tuple[int, str, str]:
+        return run_command(remote_argv(ssh, peer, argv), timeout)
+
+    tag_err = tag_image(docker, image_id, local_name, there)
+    if tag_err:
+        return tag_err
+    held = image_id_of(docker, local_name, there)
     return "" if held == image_id else f"{local_name} there is {held or 'nothing'} after the relay, not {image_id}"
 
 

@@ -1332,7 +1332,7 @@ def test_send_refuses_a_name_that_reads_back_as_another_image(doubles: Doubles, 
 def test_send_says_when_the_tag_fails(doubles: Doubles, source: str) -> None:
     doubles.host("spark-2").knob("load_forgets", "1")
     error = image_relay.send(source, LOCAL, "spark-2", doubles.ssh, doubles.docker, 60)
-    assert error == f"docker tag there failed: Error response from daemon: No such image: {source}"
+    assert error == f"docker tag {source} {LOCAL} failed: Error response from daemon: No such image: {source}"
 
 
 def test_send_to_an_unreachable_peer_says_what_ssh_said(doubles: Doubles, source: str) -> None:

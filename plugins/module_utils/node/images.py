@@ -69,6 +69,12 @@ def image_id_of(docker: str, name: str, runner: Any = run_command) -> Optional[s
     return (out.strip() or None) if rc == 0 else None
 
 
+def tag_image(docker: str, image_id: str, name: str, runner: Any = run_command) -> str:
+    """Make name point at the image (docker tag); empty when done, else what docker said, in one line."""
+    rc, out, err = runner([docker, "tag", image_id, name], 60)
+    return "" if rc == 0 else f"docker tag {image_id} {name} failed: {' '.join((err or out).split())[:300]}"
+
+
 def tag_diff(name: str, before: Optional[str], after: Optional[str]) -> Dict[str, str]:
     """What a name pointed at and points at, for --diff."""
     return {"before_header": name, "after_header": name,
