@@ -33,9 +33,6 @@ from typing import Any, Dict, List
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "collections"))
-
-from ansible_collections.sparkserve.deploy.plugins.module_utils.node.images import local_ref  # noqa: E402
 
 
 def sh(argv: List[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
@@ -78,6 +75,7 @@ def egress(settings: Dict[str, Any]) -> Dict[str, Any]:
 
 def remove_image(settings: Dict[str, Any]) -> None:
     """Remove the engine image from every node (refused while a container of it exists there)."""
+    local_ref = load_local_ref()
     for node in settings["nodes"]:
         image_id = sh(["docker", "exec", node, "docker", "image", "inspect", "--format", "{{.Id}}",
                        local_ref(settings["image"])]).stdout.strip()
@@ -90,6 +88,15 @@ def remove_image(settings: Dict[str, Any]) -> None:
                 raise SystemExit(f"bench-images: {node} has containers of the engine image; stop the deployment "
                                  "first (ansible-playbook -i inventory/lab playbooks/stop.yml)")
             sh(["docker", "exec", node, "docker", "rmi", "--force", found])
+
+
+def load_local_ref() -> Any:
+    """The image stage's local name of an image (the node library, from the checkout's collection)."""
+    if str(ROOT / "collections") not in sys.path:
+        sys.path.insert(0, str(ROOT / "collections"))
+    from ansible_collections.sparkserve.deploy.plugins.module_utils.node.images import local_ref
+
+    return local_ref
 
 
 def timed(argv: List[str], env: Dict[str, str]) -> float:

@@ -15,12 +15,13 @@ Prints one JSON object: repo, bytes_served, blob_gets, by_client, and with --dig
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import re
 import subprocess
 import sys
-import urllib.request
 from typing import Any, Dict, Iterable
+from urllib.parse import urlsplit
 
 ACCESS = re.compile(r'^(?P<client>\S+) \S+ \S+ \[[^\]]*\] "GET /v2/(?P<repo>\S+)/blobs/(?P<digest>sha256:[0-9a-f]{64}) '
                     r'HTTP/[\d.]+" (?P<status>\d{3}) (?P<bytes>\d+|-)')
@@ -54,9 +55,16 @@ def registry_log(container: str, since: str) -> list[str]:
 
 
 def read_manifest(registry: str, repo: str, digest: str) -> Dict[str, Any]:
-    request = urllib.request.Request(f"{registry}/v2/{repo}/manifests/{digest}", headers={"Accept": MANIFEST_TYPES})
-    with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310 - the lab's own registry
+    address = urlsplit(registry)
+    connection = http.client.HTTPConnection(address.hostname or "127.0.0.1", address.port or 80, timeout=30)
+    try:
+        connection.request("GET", f"/v2/{repo}/manifests/{digest}", headers={"Accept": MANIFEST_TYPES})
+        answer = connection.getresponse()
+        if answer.status != 200:
+            raise SystemExit(f"registry-egress: {registry} answered {answer.status} for the manifest {digest}")
         return dict(json.load(answer))
+    finally:
+        connection.close()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -144,13 +144,13 @@ from typing import Any, Callable, Mapping, Sequence, Tuple
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkserve.deploy.plugins.module_utils.node.files import write_atomic
+from ansible_collections.sparkserve.deploy.plugins.module_utils.node.images import pinned_ref
 from ansible_collections.sparkserve.deploy.plugins.module_utils.unified_diff import PatchError, apply_patch
 
 Runner = Callable[[Sequence[str]], Tuple[int, bytes, str]]
 
 # docker create --pull never, of an image the node does not hold.
 NO_SUCH_IMAGE = re.compile(r"no such image", re.IGNORECASE)
-LOCAL_NAME = re.compile(r":sha256-([0-9a-f]{64})$")
 IMAGE_PATTERN = re.compile(r"^[^\s@]+(@sha256:|:sha256-)[0-9a-f]{64}$")
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 MARKER = ".sparkserve-overlay"
@@ -395,14 +395,9 @@ def read_plain(path: str) -> bytes | None:
         return None
 
 
-def pinned_form(image: str) -> str:
-    """REPO@sha256:<hex> for the image's local name REPO:sha256-<hex> (the same image): the marker records it so."""
-    return LOCAL_NAME.sub(r"@sha256:\1", image)
-
-
 def provenance(image: str, entries: Sequence["Entry"]) -> dict[str, Any]:
     """What the results are made from, as the marker records it."""
-    return {"note": MARKER_NOTE, "image": pinned_form(image),
+    return {"note": MARKER_NOTE, "image": pinned_ref(image),
             "files": {e.path: {"original_sha256": e.original_sha256, "result_sha256": e.result_sha256,
                                "patch_sha256": hashlib.sha256(e.patch.encode() if isinstance(e.patch, str) else e.patch)
                                .hexdigest()} for e in entries}}
@@ -434,7 +429,7 @@ def converge(image: str, dest: str, files: Sequence[Mapping[str, Any]], docker: 
     # A result counts as done only when it has its hash AND was made from this image, original and patch:
     # a new image (or patch) is extracted and checked again, so an original that changed is caught.
     needed = [e for e in entries if existing_sha256(dest, e.path) != e.result_sha256
-              or made_from.get("image") != pinned_form(image)
+              or made_from.get("image") != pinned_ref(image)
               or (made_from.get("files") or {}).get(e.path) != wanted["files"][e.path]]
     stale = find_stale(dest, {e.path for e in entries})
     if stale and not has_marker:

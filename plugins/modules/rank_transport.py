@@ -27,6 +27,10 @@ options:
     type: list
     elements: dict
     required: true
+  deployment:
+    description: The deployment, the label of RV(metric)'s samples.
+    type: str
+    required: true
   hcas:
     description: The HCAs every rank should use (the twins' RoCE devices, as the node's C(NCCL_IB_HCA) names them).
     type: list
@@ -46,6 +50,7 @@ EXAMPLES = r"""
 - name: Read which network NCCL chose on every rank
   sparkserve.deploy.rank_transport:
     containers: [{name: lab-tp2-rank0, rank: 0, host: ""}, {name: lab-tp2-rank1, rank: 1, host: spark-2}]
+    deployment: lab-tp2
     hcas: [rocep1s0f1, roceP2p1s0f1]
     this_node: spark-1
 """
@@ -57,6 +62,11 @@ ranks:
   returned: always
   type: list
   elements: dict
+metric:
+  description: The family C(sparkserve_rank_transport_info) (C(name), C(help), C(samples)), one sample a rank, as the
+    prometheus_textfile filter takes it; the supervisor writes the same after a heal.
+  returned: always
+  type: dict
 problems:
   description: One sentence per rank with a problem, starting C(rank N on NODE).
   returned: always
@@ -70,13 +80,13 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkserve.deploy.plugins.module_utils.node import nccl_log
 from ansible_collections.sparkserve.deploy.plugins.module_utils.node.process import (
-    one_line,
     remote_argv,
     run_command,
 )
 
 ARGUMENT_SPEC: Dict[str, Any] = {
     "containers": {"type": "list", "elements": "dict", "required": True},
+    "deployment": {"type": "str", "required": True},
     "hcas": {"type": "list", "elements": "str", "default": []},
     "this_node": {"type": "str", "default": ""},
 }
@@ -90,13 +100,8 @@ def read_rank(container: Dict[str, Any], hcas: Sequence[str], this_node: str, ru
     host = str(container.get("host") or "")
     node = str(container.get("node") or host or this_node or "this node")
     rc, out, err = runner(remote_argv(SSH_ARGV, host, ["docker", "logs", str(container["name"])]), LOG_TIMEOUT_S)
-    entry: Dict[str, Any] = {"rank": int(container["rank"]), "node": node, "container": container["name"]}
-    if rc != 0:
-        return {**entry, "transport": None, "hcas": [], "line": "",
-                "problem": f"its log could not be read: {one_line(err or out, 200) or f'exit {rc}'}"}
-    report = nccl_log.read(out + "\n" + err)  # docker logs gives the rank's stdout and stderr apart
-    return {**entry, "transport": report["transport"], "hcas": report["hcas"], "line": report["line"],
-            "problem": nccl_log.problem(report, hcas)}
+    return {"rank": int(container["rank"]), "node": node, "container": container["name"],
+            **nccl_log.rank_report(rc, out, err, hcas)}
 
 
 def main() -> None:
@@ -104,7 +109,10 @@ def main() -> None:
     p = module.params
     ranks: List[Dict[str, Any]] = [read_rank(c, p["hcas"], p["this_node"], run_command) for c in p["containers"]]
     problems = [f"rank {r['rank']} on {r['node']}: {r['problem']}" for r in ranks if r["problem"]]
-    module.exit_json(changed=False, ranks=ranks, problems=problems)
+    metric = {"name": nccl_log.TRANSPORT_METRIC, "help": nccl_log.TRANSPORT_HELP,
+              "samples": [{"labels": labels, "value": value}
+                          for labels, value in nccl_log.transport_samples(p["deployment"], ranks)]}
+    module.exit_json(changed=False, ranks=ranks, problems=problems, metric=metric)
 
 
 if __name__ == "__main__":

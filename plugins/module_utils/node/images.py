@@ -30,6 +30,7 @@ DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 PINNED = re.compile(r"^(?P<repo>[^\s@]+?)(?::(?P<tag>[\w][\w.-]{0,127}))?@(?P<digest>sha256:[0-9a-f]{64})$")
 # The local name's tag: the digest's algorithm and hex, as a tag may carry them.
 LOCAL_TAG = re.compile(r"^[^\s@]+:sha256-[0-9a-f]{64}$")
+LOCAL_SUFFIX = re.compile(r":sha256-([0-9a-f]{64})$")
 
 # Media types of the manifests an archive or a registry may hold.
 _INDEX_TYPES = ("application/vnd.oci.image.index.v1+json",
@@ -52,6 +53,11 @@ def local_ref(image: str) -> str:
     """The name every node holds the recipe's image under: REPO:sha256-<hex> for REPO[:TAG]@sha256:<hex>."""
     repo, digest = split_pinned(image)
     return f"{repo}:{digest.replace(':', '-')}"
+
+
+def pinned_ref(name: str) -> str:
+    """REPO@sha256:<hex> for a local name REPO:sha256-<hex> (the same image); any other name as it is."""
+    return LOCAL_SUFFIX.sub(r"@sha256:\1", name)
 
 
 def registry_of(repo: str) -> str:
@@ -199,8 +205,7 @@ def read_archive(path: str, digest: str, image_id: str = "", platform: str = "li
         missing = [layer for layer in layers if layer not in members]
         if missing:
             raise ImageError(f"the image archive {path} lacks {len(missing)} of its image's layers ({missing[0]} ...)")
-        return ArchiveImage(found, checked_by, "docker" if checked_by == "image_id" or "manifest.json" in members
-                            else "oci", config_name, layers)
+        return ArchiveImage(found, checked_by, "docker" if "manifest.json" in members else "oci", config_name, layers)
 
 
 def docker_archive_stream(path: str, image: ArchiveImage, out: IO[bytes], chunk: int = 1 << 20) -> None:

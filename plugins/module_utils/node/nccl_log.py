@@ -110,6 +110,28 @@ def read(text: str) -> Dict[str, Any]:
     }
 
 
+# The series of each rank's transport: the launch (module rank_transport) and the supervisor write it alike.
+TRANSPORT_METRIC = "sparkserve_rank_transport_info"
+TRANSPORT_HELP = "The network NCCL uses between the nodes on each rank, as its log says (NET/IB is RDMA)."
+
+
+def rank_report(rc: int, out: str, err: str, hcas: Sequence[str]) -> Dict[str, Any]:
+    """One rank's network from ``docker logs`` of its container (exit status, stdout, stderr): transport,
+    hcas, line and problem (None when it uses RDMA over every one of hcas)."""
+    if rc != 0:
+        said = " ".join((err or out).split())[:200] or f"exit {rc}"
+        return {"transport": None, "hcas": [], "line": "", "problem": f"its log could not be read: {said}"}
+    report = read(out + "\n" + err)  # docker logs gives the rank's stdout and stderr apart
+    return {"transport": report["transport"], "hcas": report["hcas"], "line": report["line"],
+            "problem": problem(report, hcas)}
+
+
+def transport_samples(deployment: str, ranks: Sequence[Dict[str, Any]]) -> List[Any]:
+    """The samples of TRANSPORT_METRIC for ranks (each with rank, node and transport)."""
+    return [({"deployment": deployment, "rank": str(r["rank"]), "node": r["node"],
+              "transport": r["transport"] or "none"}, 1.0) for r in ranks]
+
+
 def problem(report: Dict[str, Any], hcas: Sequence[str]) -> Optional[str]:
     """Why a rank's network is not RDMA over every HCA it was given, with the likely cause and the fix; None
     when it is. hcas: the HCAs of the node's NCCL_IB_HCA (its twins' RoCE devices)."""

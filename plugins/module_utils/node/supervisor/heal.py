@@ -43,8 +43,6 @@ LOCK_MARGIN_S = 300  # added to memory_wait_s and the ready timeout for the heal
 CAUSE_LINE_CHARS = 200
 DETAIL_CHARS = 200
 LOGS_TIMEOUT_S = 60.0
-# The same series the launch writes (roles/engine, transport.yml), rewritten after every heal.
-TRANSPORT_HELP = "The network NCCL uses between the nodes on each rank, as its log says (NET/IB is RDMA)."
 START_TIMEOUT_S = 120.0
 SYSTEMCTL_TIMEOUT_S = 60.0
 STOP_MARGIN_S = 60.0  # a docker stop may take its grace and this much more
@@ -404,21 +402,19 @@ class Supervisor:
         report (before sparkserve asked for it) is not read."""
         if len(render.nodes()) < 2 or not render.nccl_reports:
             return ""
-        problems, samples = [], []
+        ranks = []
         for rank in render.ranks:
             rc, out, err = self.nodes.run(rank.node, ["docker", "logs", "--since", str(int(since)), rank.container],
                                           LOGS_TIMEOUT_S)
-            report = nccl_log.read(out + "\n" + err) if rc == 0 else {"transport": None}
-            problem = (nccl_log.problem(report, self.config.rdma_devices) if rc == 0
-                       else f"its log could not be read: {one_line(err or out, DETAIL_CHARS)}")
-            if problem:
-                problems.append(f"rank {rank.rank} on {rank.node}: {problem}")
-            samples.append(({"deployment": self.config.deployment, "rank": str(rank.rank), "node": rank.node,
-                             "transport": report["transport"] or "none"}, 1.0))
+            ranks.append({"rank": rank.rank, "node": rank.node,
+                          **nccl_log.rank_report(rc, out, err, self.config.rdma_devices)})
+        problems = [f"rank {r['rank']} on {r['node']}: {r['problem']}" for r in ranks if r["problem"]]
         if self.config.metrics_path is not None:
+            # The series the launch writes (roles/engine, transport.yml), rewritten after every heal.
             path = os.path.join(os.path.dirname(self.config.metrics_path), f"transport-{self.config.deployment}.prom")
             TextfileWriter(path, f"supervisor {self.config.deployment}").write([MetricFamily(
-                "sparkserve_rank_transport_info", "gauge", TRANSPORT_HELP, tuple(samples))])
+                nccl_log.TRANSPORT_METRIC, "gauge", nccl_log.TRANSPORT_HELP,
+                tuple(nccl_log.transport_samples(self.config.deployment, ranks)))])
         if problems:
             self.record("transport", problems=problems)
         if problems and render.require_rdma:

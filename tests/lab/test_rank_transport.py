@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -12,12 +11,10 @@ from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.sparkserve.deploy.plugins.module_utils.node import nccl_log
 from ansible_collections.sparkserve.deploy.plugins.modules import rank_transport
+from vllm_double.nccl import nccl_log_lines  # the lab's engine double, as it prints them (tests/lab/conftest.py)
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests/fixtures/nccl"
-sys.path.insert(0, str(ROOT / "lab/engine"))
-
-from vllm_double.nccl import nccl_log_lines  # noqa: E402  (the lab's engine double, as it prints them)
 
 pytestmark = pytest.mark.usefixtures("as_module")
 
@@ -92,7 +89,8 @@ def test_the_module_names_each_rank_its_node_and_nccls_line(monkeypatch: pytest.
     monkeypatch.setattr(rank_transport, "run_command", runner)
     containers = [{"name": "lab-tp2-rank0", "rank": 0, "host": ""},
                   {"name": "lab-tp2-rank1", "rank": 1, "host": "spark-2"}]
-    with patch_module_args({"containers": containers, "hcas": TWINS, "this_node": "spark-1"}), \
+    args = {"containers": containers, "deployment": "lab-tp2", "hcas": TWINS, "this_node": "spark-1"}
+    with patch_module_args(args), \
             pytest.raises(SystemExit):
         rank_transport.main()
     out: dict[str, Any] = json.loads(capsys.readouterr().out)
