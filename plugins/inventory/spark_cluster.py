@@ -127,13 +127,25 @@ options:
         description: Where the RDMA devices appear in sysfs (C(sparkserve_rdma_sysfs_root)).
         type: str
         default: /sys/class/infiniband
+      topology:
+        description:
+          - How the Sparks are cabled (C(sparkserve_fabric_topology)).
+          - V(switch) - every node's port on a switch; V(direct) - two Sparks back to back. Both give each twin
+            of the port in use one subnet that every node is on (O(fabric.twins)).
+          - V(ring) - three Sparks with no switch, port 0 of each cabled to port 1 of the next (O(fabric.links)
+            or the node order). Each half of a link (one twin at each end) is its own small subnet of
+            O(fabric.link_range) or given; a node has an address on each of its four twins, and a route to
+            each peer's first address through the link they share.
+        type: str
+        choices: [switch, direct, ring]
+        default: switch
       twins:
         description:
           - The twins of the QSFP port in use, in order; twin 1 carries C(sparkserve_fabric_ip).
-          - Each twin needs its own subnet.
+          - Each twin needs its own subnet. Required with O(fabric.topology=switch) and V(direct); a ring takes
+            O(fabric.ports).
         type: list
         elements: dict
-        required: true
         suboptions:
           interface:
             description: Ethernet interface of the twin, for example C(enp1s0f1np1).
@@ -147,6 +159,29 @@ options:
             description: CIDR of the twin's own subnet, for example C(192.168.100.0/24).
             type: str
             required: true
+      ports:
+        description:
+          - A ring's two ports, each a list of its twins (C(interface), C(rdma_device)); port 0 of a node is
+            cabled to port 1 of the next.
+          - By default a Spark's own - port 0 V(enp1s0f0np0)/V(rocep1s0f0) and V(enP2p1s0f0np0)/V(roceP2p1s0f0),
+            port 1 V(enp1s0f1np1)/V(rocep1s0f1) and V(enP2p1s0f1np1)/V(roceP2p1s0f1).
+        type: list
+        elements: list
+      link_range:
+        description: Where a ring's link subnets are carved from, in order (link 1's twins first); needed unless
+          every entry of O(fabric.links) gives its subnets.
+        type: str
+      link_prefix:
+        description: The prefix length of each half of a ring link carved from O(fabric.link_range).
+        type: int
+        default: 30
+      links:
+        description:
+          - A ring's cabling when it does not follow the node order - each C(from) node's port 0 to the C(to)
+            node's port 1, each node once at each end - and, optionally, each link's C(subnets) (one per twin).
+          - At port 0's end a link half takes its subnet's first host address, at port 1's end the second.
+        type: list
+        elements: dict
   nodes:
     description: The Sparks, in order; the order sets worker ranks and default fabric addresses.
     type: list
@@ -233,6 +268,16 @@ from ansible_collections.sparkserve.deploy.plugins.module_utils.cluster import (
     cluster_hostvars,
     validate_cluster,
 )
+from ansible_collections.sparkserve.deploy.plugins.module_utils.fabric_links import (
+    DEFAULT_LINK_PREFIX,
+    SPARK_PORTS,
+    TOPOLOGY_RING,
+    TOPOLOGY_SWITCH,
+    cabling_problems,
+    carve_subnets,
+    ring_layout,
+    ring_size_problem,
+)
 from ansible_collections.sparkserve.deploy.plugins.module_utils.fleet.deployments import (
     RECIPE_MISSING,
     Deployment,
@@ -256,8 +301,11 @@ except ImportError:  # reported in parse(), where it matters
 
 TOP_KEYS = ("plugin", "recipe", "deployments", "user", "management_subnet", "fabric", "nodes", "vars",
             "memory_reserve_gib", "recipes_dir")
-FABRIC_KEYS = ("mtu", "rdma_sysfs_root", "twins")
+FABRIC_KEYS = ("mtu", "rdma_sysfs_root", "topology", "twins", "ports", "link_range", "link_prefix", "links")
+RING_KEYS = ("ports", "link_range", "link_prefix", "links")
 TWIN_KEYS = ("interface", "rdma_device", "subnet")
+PORT_TWIN_KEYS = ("interface", "rdma_device")
+LINK_KEYS = ("from", "to", "subnets")
 NODE_KEYS = ("name", "address", "head", "fabric_ips", "memory_gib", "vars")
 REQUIRED = {
     "nodes": "list the Sparks (nodes: [{name: spark-a, address: 192.168.1.21}]).",
@@ -413,7 +461,16 @@ class InventoryModule(BaseInventoryPlugin):
             problems.append(f"{PREFIX}fabric is {fabric!r}; {FABRIC_FIX}.")
             return None, {}, set()
         fabric = fabric or {}
-        twins = _twins(fabric, problems) if has_fabric else []
+        topology = fabric.get("topology", TOPOLOGY_SWITCH)
+        ring = topology == TOPOLOGY_RING
+        if ring and "twins" in fabric:
+            problems.append(f"{PREFIX}fabric.twins is for a switch or two Sparks back to back; a ring takes "
+                            "fabric.ports (each Spark's two ports; a Spark's own by default) and its links.")
+        misplaced = [key for key in RING_KEYS if key in fabric] if not ring else []
+        if misplaced:
+            problems.append(f"{PREFIX}fabric.{', fabric.'.join(misplaced)} describe{'s' if len(misplaced) == 1 else ''}"
+                            f" a ring; write fabric.topology: ring, or remove {'it' if len(misplaced) == 1 else 'them'}.")
+        twins = _twins(fabric, problems) if has_fabric and not ring else []
         nodes_in = self.get_option("nodes")
         if not isinstance(nodes_in, list):
             problems.append(f"{PREFIX}nodes is {nodes_in!r}; list the Sparks, each with name and address.")
@@ -458,12 +515,19 @@ class InventoryModule(BaseInventoryPlugin):
             if "fabric_ips" in entry and not has_fabric:
                 problems.append(f"{PREFIX}{name}: fabric_ips is set but the file has no fabric; {FABRIC_FIX}, or "
                                 "remove fabric_ips.")
+            if "fabric_ips" in entry and ring:
+                problems.append(f"{PREFIX}{name}: fabric_ips is set, but in a ring each address comes from its "
+                                "link's subnet; remove it, and give fabric.links subnets to choose them.")
             nodes.append(Node(name=name, address="" if address is None else str(address), rank=rank,
-                              fabric_ips=_fabric_ips(entry, index, name, twins, problems) if has_fabric else [],
+                              fabric_ips=_fabric_ips(entry, index, name, twins, problems)
+                              if has_fabric and not ring else [],
                               head=head))
+        if ring and not _lay_out_ring(fabric, nodes, problems):
+            return None, {}, set()
         cluster = Cluster(nodes=nodes, twins=twins, mtu=fabric.get("mtu", DEFAULT_MTU),
                           management_subnet=self.get_option("management_subnet"),
-                          rdma_sysfs_root=fabric.get("rdma_sysfs_root", DEFAULT_RDMA_SYSFS_ROOT), fabric=has_fabric)
+                          rdma_sysfs_root=fabric.get("rdma_sysfs_root", DEFAULT_RDMA_SYSFS_ROOT), fabric=has_fabric,
+                          topology=topology if isinstance(topology, str) else repr(topology))
         return cluster, node_vars, unnamed
 
     # --- writing the inventory ---
@@ -588,6 +652,101 @@ def _twins(fabric: Mapping, problems: list[str]) -> list[Twin] | None:
         if twins is not None:
             twins.append(Twin(interface=values[0], rdma_device=values[1], subnet=values[2]))
     return twins
+
+
+def _lay_out_ring(fabric: Mapping, nodes: list[Node], problems: list[str]) -> bool:
+    """Give each node of a ring its twins and addresses from the ports, the cabling and the link subnets;
+    False (with the problems) where the ring cannot be laid out."""
+    before = len(problems)
+    names = [node.name for node in nodes]
+    size = ring_size_problem(len(names))
+    if size is not None:
+        problems.append(size)
+        return False
+    ports = _ports(fabric.get("ports"), problems)
+    links = fabric.get("links")
+    if links is None:
+        entries: list[Mapping] = [{"from": name, "to": names[(index + 1) % len(names)]}
+                                  for index, name in enumerate(names)]
+    elif not isinstance(links, list) or not all(isinstance(entry, Mapping) for entry in links):
+        problems.append(f"{PREFIX}fabric.links is {links!r}; list each link as {{from: NODE, to: NODE}}, port 0 of "
+                        "from cabled to port 1 of to.")
+        return False
+    else:
+        entries = links
+        for index, entry in enumerate(entries):
+            problems += _unknown(entry, LINK_KEYS, f"fabric.links[{index}]")
+        if len(entries) != len(names):
+            problems.append(f"{PREFIX}fabric.links lists {len(entries)} links for a ring of {len(names)}; list one "
+                            "per cable, each Spark's port 0 to the next one's port 1.")
+    if len(problems) > before or ports is None:
+        return False
+    cabling = [(str(entry.get("from")), str(entry.get("to"))) for entry in entries]
+    problems += cabling_problems(names, cabling)
+    subnets = _link_subnets(fabric, entries, len(ports[0]), problems)
+    if len(problems) > before or subnets is None:
+        return False
+    layout = ring_layout(names, ports, cabling, subnets)
+    for node in nodes:
+        own = layout[node.name]
+        node.twins = [Twin(interface=interface, rdma_device=device, subnet=subnet) for interface, device, subnet
+                      in zip(own.interfaces, own.rdma_devices, own.subnets, strict=True)]
+        node.fabric_ips = list(own.addresses)
+    return True
+
+
+def _ports(value: Any, problems: list[str]) -> list[list[tuple[str, str]]] | None:
+    """A ring's two ports, each a list of (interface, RDMA device); a Spark's own when not given."""
+    if value is None:
+        return [list(port) for port in SPARK_PORTS]
+    fix = ("list the two ports, each a list of its twins "
+           "([[{interface: enp1s0f0np0, rdma_device: rocep1s0f0}, ...], [...]])")
+    if not isinstance(value, list) or len(value) != 2 or not all(isinstance(port, list) and port for port in value):
+        problems.append(f"{PREFIX}fabric.ports is {value!r}; {fix}.")
+        return None
+    if len(value[0]) != len(value[1]):
+        problems.append(f"{PREFIX}fabric.ports lists {len(value[0])} twins on port 0 and {len(value[1])} on port 1; "
+                        "a cable joins twin to twin, give both ports the same number.")
+        return None
+    ports: list[list[tuple[str, str]]] = []
+    for port_index, port in enumerate(value):
+        ports.append([])
+        for twin_index, twin in enumerate(port):
+            where = f"fabric.ports[{port_index}][{twin_index}]"
+            if not isinstance(twin, Mapping):
+                problems.append(f"{PREFIX}{where} is {twin!r}; write it as {{interface: ..., rdma_device: ...}}.")
+                return None
+            problems += _unknown(twin, PORT_TWIN_KEYS, where)
+            ports[-1].append((twin.get("interface", ""), twin.get("rdma_device", "")))
+    return ports
+
+
+def _link_subnets(fabric: Mapping, entries: list[Mapping], twins: int, problems: list[str]) -> list[list[str]] | None:
+    """Each link's subnets, one per twin: given in fabric.links, else carved from fabric.link_range."""
+    given = [entry.get("subnets") for entry in entries]
+    found: list[str] = []
+    for index, value in enumerate(given):
+        if value is not None and (not isinstance(value, list) or len(value) != twins):
+            found.append(f"{PREFIX}fabric.links[{index}].subnets is {value!r}; give one subnet per twin ({twins}).")
+    carved: list[list[str]] = []
+    link_range = fabric.get("link_range")
+    if any(value is None for value in given):
+        prefix = fabric.get("link_prefix", DEFAULT_LINK_PREFIX)
+        if link_range is None:
+            found.append(f"{PREFIX}the ring has no fabric.link_range to carve its link subnets from; give one "
+                         "(link_range: 10.77.0.0/24), or subnets on every entry of fabric.links.")
+        else:
+            try:
+                carved = carve_subnets(str(link_range), len(entries), twins, int(prefix))
+            except (TypeError, ValueError) as error:
+                message = str(error)
+                found.append(message if message.startswith(PREFIX) else
+                             f"{PREFIX}fabric.link_range {link_range!r} with link_prefix {prefix!r}: {message}; give "
+                             "a network such as 10.77.0.0/24 and a prefix length such as 30.")
+    problems += found
+    if found:
+        return None
+    return [[str(item) for item in value] if value is not None else carved[index] for index, value in enumerate(given)]
 
 
 def _fabric_ips(entry: Mapping, index: int, name: str, twins: list[Twin], problems: list[str]) -> list[str]:

@@ -12,8 +12,11 @@ YAML inventory carries them): ``ansible_host``, ``sparkserve_rank``,
 ``sparkserve_world_size``, ``sparkserve_fabric_ip``, ``sparkserve_fabric_ips``,
 ``sparkserve_head_fabric_ip``, ``sparkserve_fabric_mtu``,
 ``sparkserve_fabric_interfaces``, ``sparkserve_rdma_devices``,
-``sparkserve_fabric_subnets``, ``sparkserve_rdma_sysfs_root`` and, when
-known, ``sparkserve_management_subnet``. Groups: ``sparks`` (all), ``head``
+``sparkserve_fabric_subnets``, ``sparkserve_fabric_topology``,
+``sparkserve_rdma_sysfs_root`` and, when known,
+``sparkserve_management_subnet``. In a ring the interface, device and subnet
+lists are each node's own (``fabric_links``); otherwise they are the
+cluster's. Groups: ``sparks`` (all), ``head``
 (one host), ``workers`` (the rest).
 """
 
@@ -24,6 +27,17 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
+
+from ansible_collections.sparkserve.deploy.plugins.module_utils.fabric_links import (
+    RING_NODES,
+    TOPOLOGIES,
+    TOPOLOGY_DIRECT,
+    TOPOLOGY_RING,
+    TOPOLOGY_SWITCH,
+    NodeFabric,
+    ring_problems,
+    ring_size_problem,
+)
 
 IPNetwork = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
 IPAddress = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
@@ -48,6 +62,7 @@ CONTRACT_VARS = (
     "sparkserve_fabric_interfaces",
     "sparkserve_rdma_devices",
     "sparkserve_fabric_subnets",
+    "sparkserve_fabric_topology",
     "sparkserve_rdma_sysfs_root",
     "sparkserve_management_subnet",
 )
@@ -62,7 +77,10 @@ _CLUSTER_WIDE = (
     "sparkserve_management_subnet",
     "sparkserve_world_size",
     "sparkserve_head_fabric_ip",
+    "sparkserve_fabric_topology",
 )
+# In a ring each node has its own interfaces on its own links.
+_PER_NODE_IN_RING = ("sparkserve_fabric_interfaces", "sparkserve_rdma_devices", "sparkserve_fabric_subnets")
 
 _FABRIC_VARS = ("sparkserve_fabric_mtu", "sparkserve_fabric_interfaces", "sparkserve_rdma_devices",
                 "sparkserve_fabric_subnets", "sparkserve_fabric_ips", "sparkserve_fabric_ip")
@@ -92,6 +110,8 @@ class Node:
     rank: int
     fabric_ips: list[str]
     head: bool
+    # The node's own interfaces, in a ring (each node's links differ); None: the cluster's twins.
+    twins: list[Twin] | None = None
 
 
 @dataclass
@@ -105,6 +125,9 @@ class Cluster:
     rdma_sysfs_root: str
     # False for Sparks with no fabric between them (every deployment on one node): no twin is checked.
     fabric: bool = True
+    # How the Sparks are cabled: switch (every twin's subnet joins every node), direct (two Sparks back to
+    # back, the same shape) or ring (three Sparks, each link its own subnets; the nodes carry their twins).
+    topology: str = TOPOLOGY_SWITCH
 
 
 # --- validation ---------------------------------------------------------------
@@ -120,9 +143,35 @@ def validate_cluster(cluster: Cluster) -> list[str]:
         _check_mtu(cluster.mtu, problems)
         _check_sysfs_root(cluster.rdma_sysfs_root, problems)
     management = _check_management_subnet(cluster.management_subnet, problems)
-    subnets = _check_twins(cluster.twins, management, problems) if cluster.fabric else []
+    ring = cluster.fabric and cluster.topology == TOPOLOGY_RING
+    subnets = _check_twins(cluster.twins, management, problems) if cluster.fabric and not ring else []
     _check_nodes(cluster, subnets, management, problems)
+    if cluster.fabric:
+        _check_topology(cluster, problems)
     return problems
+
+
+def _check_topology(cluster: Cluster, problems: list[str]) -> None:
+    """The cabling the topology names fits the nodes: two for direct, a ring of three whose links pair up."""
+    count = len(cluster.nodes)
+    if cluster.topology not in TOPOLOGIES:
+        problems.append(f"{_PREFIX}fabric topology {cluster.topology!r} is not one sparkserve knows; write "
+                        f"{', '.join(TOPOLOGIES[:-1])} or {TOPOLOGIES[-1]} (sparkserve_fabric_topology, "
+                        "fabric.topology in a .sparks.yml).")
+    elif cluster.topology == TOPOLOGY_DIRECT and count != 2:
+        problems.append(f"{_PREFIX}fabric topology direct cables two Sparks back to back, the cluster has "
+                        f"{_count(count, 'node')}; write topology: ring for three, switch for more.")
+    elif cluster.topology == TOPOLOGY_RING:
+        # Fewer nodes than a ring: one deployment's part of it (the cluster file checked the whole ring).
+        size = ring_size_problem(count) if count > RING_NODES else None
+        if size is not None:
+            problems.append(size)
+        elif not problems:  # the links are read from sound addresses only
+            problems += ring_problems(part=count < RING_NODES, nodes=[NodeFabric(
+                name=node.name, interfaces=[twin.interface for twin in node.twins or []],
+                rdma_devices=[twin.rdma_device for twin in node.twins or []],
+                subnets=[twin.subnet for twin in node.twins or []], addresses=list(node.fabric_ips))
+                for node in cluster.nodes])
 
 
 def _count(number: int, noun: str) -> str:
@@ -368,9 +417,14 @@ def _check_management_addresses(nodes: list[Node], management: IPNetwork | None,
 
 def _check_fabric_addresses(cluster: Cluster, subnets: list[IPNetwork | None], management: IPNetwork | None,
                             problems: list[str]) -> None:
-    twins = cluster.twins
     holders: dict[IPAddress, list[str]] = {}
     for node in cluster.nodes:
+        twins, node_subnets = cluster.twins, subnets
+        if node.twins is not None:  # a ring node's own twins, checked as the cluster's are
+            twins = node.twins
+            found: list[str] = []
+            node_subnets = _check_twins(twins, management, found)
+            problems += [problem.replace(_PREFIX, f"{_PREFIX}{node.name}: ", 1) for problem in found]
         ips = node.fabric_ips
         if not isinstance(ips, list) or not all(isinstance(ip, str) for ip in ips):
             problems.append(f"{_PREFIX}{node.name}: fabric addresses {ips!r} are not a list of addresses; "
@@ -384,7 +438,7 @@ def _check_fabric_addresses(cluster: Cluster, subnets: list[IPNetwork | None], m
             )
         management_ip = _parse_address(node.address)
         # A node with too few or too many addresses was reported above; check the ones that pair with a twin.
-        for index, (twin, subnet, ip) in enumerate(zip(twins, subnets, ips, strict=False)):
+        for index, (twin, subnet, ip) in enumerate(zip(twins, node_subnets, ips, strict=False)):
             label = _twin_label(index, twin)
             if ip == "":
                 if subnet is not None:  # a twin whose subnet is bad is reported once, for the subnet
@@ -440,6 +494,7 @@ def cluster_hostvars(cluster: Cluster) -> dict[str, dict]:
         "sparkserve_rdma_devices": [twin.rdma_device for twin in cluster.twins],
         "sparkserve_fabric_subnets": [twin.subnet for twin in cluster.twins],
         "sparkserve_rdma_sysfs_root": cluster.rdma_sysfs_root,
+        "sparkserve_fabric_topology": cluster.topology,
     }
     if not cluster.fabric:  # no fabric: none of its variables, so the fabric stage has nothing to do
         shared = {"sparkserve_world_size": len(cluster.nodes), "sparkserve_head_fabric_ip": None}
@@ -456,6 +511,10 @@ def cluster_hostvars(cluster: Cluster) -> dict[str, dict]:
             hostvars["sparkserve_fabric_ips"] = list(node.fabric_ips)
         for key, value in shared.items():
             hostvars[key] = list(value) if isinstance(value, list) else value
+        if cluster.fabric and node.twins is not None:
+            hostvars["sparkserve_fabric_interfaces"] = [twin.interface for twin in node.twins]
+            hostvars["sparkserve_rdma_devices"] = [twin.rdma_device for twin in node.twins]
+            hostvars["sparkserve_fabric_subnets"] = [twin.subnet for twin in node.twins]
         result[node.name] = hostvars
     return result
 
@@ -522,8 +581,12 @@ def cluster_from_hostvars(names: list[str], hostvars: dict, head_names: list[str
     if not fabric:
         for var in _FABRIC_VARS + ("sparkserve_head_fabric_ip",):
             required_wide.pop(var, None)
+    # In a ring each node lists its own twins, so those lists are read per node below.
+    ring = fabric and any(variables.get("sparkserve_fabric_topology") == TOPOLOGY_RING for _, variables in present)
     for name, variables in present:
         for var in _CLUSTER_WIDE:
+            if ring and var in _PER_NODE_IN_RING:
+                continue
             if var not in variables:
                 if var in required_wide:
                     missing(name, var, required_wide[var])
@@ -596,9 +659,10 @@ def cluster_from_hostvars(names: list[str], hostvars: dict, head_names: list[str
             malformed(name, "sparkserve_fabric_ip", variables["sparkserve_fabric_ip"],
                       f"{fabric_ips[0]}, the first of sparkserve_fabric_ips")
         address = variables.get("ansible_host", name)
+        own_twins = _node_twins(name, variables, required_wide, problems) if ring else None
         # A deployment's rank on a node (DEPLOYMENT@NODE, with several deployments) is checked as its node.
         nodes.append(Node(name=str(variables.get("sparkserve_node") or name), address=str(address), rank=rank,
-                          fabric_ips=fabric_ips, head=name in head_names))
+                          fabric_ips=fabric_ips, head=name in head_names, twins=own_twins))
 
     world_size = wide.get("sparkserve_world_size")
     if world_size is not None and _as_int(world_size) != len(names):
@@ -615,8 +679,35 @@ def cluster_from_hostvars(names: list[str], hostvars: dict, head_names: list[str
     if not fabric:
         return Cluster(nodes=nodes, twins=[], mtu=mtu, management_subnet=management_subnet,
                        rdma_sysfs_root=str(sysfs_root), fabric=False)
+    topology = str(wide.get("sparkserve_fabric_topology", TOPOLOGY_SWITCH))
+    if ring:
+        return Cluster(nodes=nodes, twins=[], mtu=mtu, management_subnet=management_subnet,
+                       rdma_sysfs_root=str(sysfs_root), topology=topology)
     twins = [Twin(interface=interface, rdma_device=device, subnet=subnet) for interface, device, subnet in zip(
         lists["sparkserve_fabric_interfaces"], lists["sparkserve_rdma_devices"], lists["sparkserve_fabric_subnets"],
         strict=True)]
     return Cluster(nodes=nodes, twins=twins, mtu=mtu, management_subnet=management_subnet,
-                   rdma_sysfs_root=str(sysfs_root))
+                   rdma_sysfs_root=str(sysfs_root), topology=topology)
+
+
+def _node_twins(name: str, variables: Mapping, required: Mapping[str, str], problems: list[str]) -> list[Twin]:
+    """A ring node's own twins from its interface, device and subnet lists (each reported when missing,
+    malformed or of another length)."""
+    lists: dict[str, list[str]] = {}
+    for var in _PER_NODE_IN_RING:
+        if var not in variables:
+            problems.append(f"{_PREFIX}{name}: {var} is missing; set it to {required[var]}, this node's own in a ring.")
+            continue
+        value = _as_str_list(variables[var])
+        if value is None:
+            problems.append(f"{_PREFIX}{name}: {var} is {variables[var]!r}; set it to {required[var]}.")
+        else:
+            lists[var] = value
+    if len(lists) != len(_PER_NODE_IN_RING):
+        return []
+    if len({len(value) for value in lists.values()}) != 1:
+        problems.append(f"{_PREFIX}{name}: its twin lists differ in length; give sparkserve_fabric_interfaces, "
+                        "sparkserve_rdma_devices and sparkserve_fabric_subnets one entry per twin.")
+        return []
+    return [Twin(interface=interface, rdma_device=device, subnet=subnet) for interface, device, subnet in zip(
+        *(lists[var] for var in _PER_NODE_IN_RING), strict=True)]
