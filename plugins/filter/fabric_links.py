@@ -5,10 +5,13 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from ansible_collections.sparkserve.deploy.plugins.module_utils.fabric_links import (
+    SPARK_PORTS,
+    carve_subnets,
     from_hostvars,
     link_table,
     peer_addresses,
     peer_routes,
+    ring_layout,
 )
 
 DOCUMENTATION = r"""
@@ -23,6 +26,9 @@ description:
     switch or two Sparks back to back, where every node shares every subnet.
   - "C(fabric_link_table) - one line per link, its subnet and each end's node, interface, RDMA device and address
     (C(10.77.0.0/30: spark-a enp1s0f0np0 (rocep1s0f0\\) 10.77.0.1 <-> spark-b ...))."
+  - C(fabric_ring_layout) - a ring's twins per node as the cluster file computes them from the node order and
+    a link range (a Spark's ports, link k from port 0 of node k to port 1 of node k+1); the lab builds its
+    networks from it. Its input is the node names, its arguments the range and the prefix length.
 positional: hostvars, node
 options:
   _input:
@@ -67,6 +73,18 @@ def fabric_routes(names: Sequence[str], hostvars: Mapping[str, Any], node: str) 
     return peer_routes(from_hostvars(names, hostvars), _node_name(hostvars, node))
 
 
+def fabric_ring_layout(names: Sequence[str], link_range: str, prefix: int) -> dict[str, list[dict[str, str]]]:
+    """Each node of a ring in node order: its twins, each with interface, RDMA device, subnet and address."""
+    names = list(names)
+    cabling = [(name, names[(index + 1) % len(names)]) for index, name in enumerate(names)]
+    ports = [list(port) for port in SPARK_PORTS]
+    layout = ring_layout(names, ports, cabling, carve_subnets(link_range, len(names), len(ports[0]), int(prefix)))
+    return {name: [{"interface": interface, "rdma_device": device, "subnet": subnet, "address": address}
+                   for interface, device, subnet, address in zip(node.interfaces, node.rdma_devices, node.subnets,
+                                                                 node.addresses, strict=True)]
+            for name, node in layout.items()}
+
+
 def fabric_link_table(names: Sequence[str], hostvars: Mapping[str, Any]) -> list[str]:
     """Every link with its ends, one line each."""
     return link_table(from_hostvars(names, hostvars))
@@ -77,4 +95,4 @@ class FilterModule:
 
     def filters(self) -> dict[str, Any]:
         return {"fabric_peer_addresses": fabric_peer_addresses, "fabric_routes": fabric_routes,
-                "fabric_link_table": fabric_link_table}
+                "fabric_link_table": fabric_link_table, "fabric_ring_layout": fabric_ring_layout}
