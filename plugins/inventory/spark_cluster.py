@@ -468,8 +468,9 @@ class InventoryModule(BaseInventoryPlugin):
                             "fabric.ports (each Spark's two ports; a Spark's own by default) and its links.")
         misplaced = [key for key in RING_KEYS if key in fabric] if not ring else []
         if misplaced:
-            problems.append(f"{PREFIX}fabric.{', fabric.'.join(misplaced)} describe{'s' if len(misplaced) == 1 else ''}"
-                            f" a ring; write fabric.topology: ring, or remove {'it' if len(misplaced) == 1 else 'them'}.")
+            one = len(misplaced) == 1
+            problems.append(f"{PREFIX}fabric.{', fabric.'.join(misplaced)} describe{'s' if one else ''} a ring; "
+                            f"write fabric.topology: ring, or remove {'it' if one else 'them'}.")
         twins = _twins(fabric, problems) if has_fabric and not ring else []
         nodes_in = self.get_option("nodes")
         if not isinstance(nodes_in, list):

@@ -20,7 +20,6 @@ from ansible_collections.sparkserve.deploy.plugins.module_utils.fabric_links imp
     NodeFabric,
     cabling_problems,
     carve_subnets,
-    from_hostvars,
     ring_layout,
     ring_problems,
 )
