@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +47,57 @@ def test_the_deploy_pipeline_runs_its_stages_in_order() -> None:
         "Find what serves and what the recipe asks", "Fabric between the Sparks",
         "The recipe's image on every Spark, pulled once and relayed over the fabric",
         "NCCL across the Sparks, in the engine image, when asked",
+        "Measure every link between the Sparks, then NCCL across them, under --tags fabric-bench",
         "What every Spark holds of the weights", "Weights on every Spark", "Overlays on the pinned image",
         "Measure the serving release on the qualification suite, when no run of it is recorded",
         "Prepare every node for the launch", "Launch the engine",
         "Qualify the new release", "Roll back to the serving release when the new one failed",
         "Supervise the deployment", "The gateway in front of the deployments", "Monitor the deployment",
         "End the run"]
+
+
+BENCH_PLAY = "Measure every link between the Sparks, then NCCL across them, under --tags fabric-bench"
+
+
+def test_the_link_bench_play_runs_only_when_asked_then_the_nccl_probe_once() -> None:
+    deploy = {play.get("name"): play for play in plays(PLAYBOOKS / "deploy.yml")}
+    bench, nccl = deploy[BENCH_PLAY], deploy["NCCL across the Sparks, in the engine image, when asked"]
+    assert bench["tags"] == ["fabric-bench", "never"] and bench["hosts"] == nccl["hosts"]
+    assert bench["any_errors_fatal"] is True
+    steps = [task["ansible.builtin.include_role"] for task in bench["tasks"]]
+    assert [(step["name"], step["tasks_from"], step["apply"]["tags"]) for step in steps] == [
+        ("fabric", "bench", ["fabric-bench"]), ("fabric", "probe", ["fabric-bench"])]
+    probe = bench["tasks"][1]
+    assert probe["vars"] == {"fabric_nccl_probe_enabled": True}  # the probe runs under this tag whatever the recipe
+    assert "fabric_nccl_probe_ran is not defined" in probe["when"]  # and not twice in one run
+
+
+def listed(*tags: str) -> str:
+    """What ansible-playbook --list-tasks selects of site.yml for an example cluster with these tags."""
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    playbook = Path(sys.executable).parent / "ansible-playbook"
+    command = [str(playbook if playbook.exists() else "ansible-playbook"), "-i",
+               str(ROOT / "inventory/example/two-sparks.sparks.yml"), str(ROOT / "site.yml"), "--list-tasks"]
+    done = subprocess.run(command + ([f"--tags={','.join(tags)}"] if tags else []), cwd=ROOT, env=env, text=True,
+                          capture_output=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def selected(text: str, play: str) -> list[str]:
+    """The names of the tasks selected in a play of --list-tasks' output."""
+    section = text.split(play, 1)[1].split("\n\n", 1)[0]
+    return [line.strip().split("\t")[0] for line in section.splitlines()[2:] if line.strip()]
+
+
+def test_the_fabric_bench_tag_selects_the_link_bench_and_no_stage() -> None:
+    bench_tasks = ["Measure every linked pair of twins with ib_write_bw, gated on fabric_bench_floor_gbps",
+                   "Then measure NCCL all-reduce bandwidth across every rank, gated as the recipe says"]
+    asked = listed("fabric-bench")
+    assert selected(asked, BENCH_PLAY) == bench_tasks
+    # every other task it selects runs under any tag (always): no stage runs
+    others = [line for line in asked.split(BENCH_PLAY, 1)[0].splitlines() + asked.split(BENCH_PLAY, 1)[1]
+              .split("\n\n", 1)[1].splitlines() if "TAGS: [" in line and not line.strip().startswith("play #")]
+    assert others and all("always" in line.split("TAGS: [", 1)[1] for line in others), others
+    for tags in ((), ("nccl_probe",), ("fabric",)):
+        assert selected(listed(*tags), BENCH_PLAY) == [], tags

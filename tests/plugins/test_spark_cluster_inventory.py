@@ -377,7 +377,8 @@ def test_unknown_keys_are_errors(tmp_path: Path) -> None:
         "line 3: the top level has unknown key 'colour'; "
         "the keys are plugin, recipe, deployments, user, management_subnet, fabric, nodes, vars, memory_reserve_gib, "
         "recipes_dir.",
-        "line 5: fabric has unknown key 'speed'; the keys are mtu, rdma_sysfs_root, topology, twins, ports, link_range, link_prefix, links.",
+        "line 5: fabric has unknown key 'speed'; the keys are mtu, rdma_sysfs_root, topology, twins, ports, "
+        "link_range, link_prefix, links.",
         "line 7: fabric.twins[0] has unknown key 'vlan'; the keys are interface, rdma_device, subnet.",
         "line 9: nodes[0] has unknown key 'rank'; the keys are name, address, head, fabric_ips, memory_gib, vars.",
     ]

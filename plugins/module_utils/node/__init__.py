@@ -14,6 +14,7 @@ the Sparks): no syntax newer than 3.10.
 * ``process``: a command with a timeout, on this node or on a peer over ssh.
 * ``docker``: what ``docker inspect`` says of a container's state.
 * ``api``: the requests of the readiness probe of an OpenAI-compatible engine.
+* ``perftest``: what ib_write_bw printed (a link's figures, or why it gave none) and the gate on a link's floor.
 * ``config``: reading and checking a program's JSON config.
 * ``lifecycle``: log lines and SIGTERM.
 * ``supervisor``: the supervisor program's own modules (roles/supervisor/files/sparkserve-supervisor.py).
