@@ -178,12 +178,17 @@ def test_the_ring_example_loads_and_meets_the_contract(tmp_path: Path) -> None:
     assert a["sparkserve_fabric_topology"] == "ring"
     assert a["sparkserve_fabric_ips"] == ["10.77.0.1", "10.77.0.5", "10.77.0.18", "10.77.0.22"]
     assert a["sparkserve_fabric_ip"] == "10.77.0.1"
-    # Each deployment is checked on its own nodes, as the context play does: glm on two of the ring's three.
-    glm = inventory["deployment_glm"]["hosts"]
-    cluster = cluster_from_hostvars(glm, hostvars, glm[:1])
-    assert cluster.topology == "ring" and validate_cluster(cluster) == []
-    gemma = inventory["deployment_gemma"]["hosts"]
-    assert validate_cluster(cluster_from_hostvars(gemma, hostvars, gemma)) == []
+    # Each deployment is checked on its own nodes, as the context play does (one node each here).
+    for deployment in ("deployment_gemma", "deployment_gemma_b", "deployment_gemma_c"):
+        own = inventory[deployment]["hosts"]
+        cluster = cluster_from_hostvars(own, hostvars, own[:1])
+        assert cluster.topology == "ring" and validate_cluster(cluster) == []
+    # Two of the ring's three, as a deployment over two of them is checked.
+    pair = hosts[1:]
+    two = {host: dict(hostvars[host], sparkserve_world_size=2, sparkserve_rank=index,
+                      sparkserve_head_fabric_ip=hostvars[pair[0]]["sparkserve_fabric_ip"])
+           for index, host in enumerate(pair)}
+    assert validate_cluster(cluster_from_hostvars(pair, two, pair[:1])) == []
 
 
 def test_a_plain_yaml_ring_is_checked_per_node() -> None:
