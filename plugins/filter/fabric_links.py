@@ -12,6 +12,7 @@ from ansible_collections.sparkserve.deploy.plugins.module_utils.fabric_links imp
     peer_addresses,
     peer_routes,
     ring_layout,
+    slower_twins,
 )
 
 DOCUMENTATION = r"""
@@ -29,6 +30,9 @@ description:
   - C(fabric_ring_layout) - a ring's twins per node as the cluster file computes them from the node order and
     a link range (a Spark's ports, link k from port 0 of node k to port 1 of node k+1); the lab builds its
     networks from it. Its input is the node names, its arguments the range and the prefix length.
+  - C(fabric_slow_twins) - the twins of O(node) whose RDMA port links at a lower speed than the fastest twin
+    of the fabric, one sentence each, from every node's M(sparkserve.deploy.roce_facts) result registered as
+    C(__fabric_roce) (nodes without it are left out).
 positional: hostvars, node
 options:
   _input:
@@ -85,6 +89,17 @@ def fabric_ring_layout(names: Sequence[str], link_range: str, prefix: int) -> di
             for name, node in layout.items()}
 
 
+def fabric_slow_twins(names: Sequence[str], hostvars: Mapping[str, Any], node: str) -> list[str]:
+    """The twins of ``node`` slower than the fabric's fastest, from each node's registered RoCE facts."""
+    rates: dict[str, dict[str, Any]] = {}
+    for host in names:
+        facts = ((hostvars.get(host) or {}).get("__fabric_roce") or {}).get("roce") or {}
+        devices = {device.get("name"): device.get("rate") for device in facts.get("devices") or []}
+        if devices:
+            rates[_node_name(hostvars, host)] = devices
+    return slower_twins(from_hostvars(names, hostvars), rates, _node_name(hostvars, node))
+
+
 def fabric_link_table(names: Sequence[str], hostvars: Mapping[str, Any]) -> list[str]:
     """Every link with its ends, one line each."""
     return link_table(from_hostvars(names, hostvars))
@@ -95,4 +110,5 @@ class FilterModule:
 
     def filters(self) -> dict[str, Any]:
         return {"fabric_peer_addresses": fabric_peer_addresses, "fabric_routes": fabric_routes,
-                "fabric_link_table": fabric_link_table, "fabric_ring_layout": fabric_ring_layout}
+                "fabric_link_table": fabric_link_table, "fabric_ring_layout": fabric_ring_layout,
+                "fabric_slow_twins": fabric_slow_twins}

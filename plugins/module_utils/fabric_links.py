@@ -19,6 +19,7 @@ Standard library only, so the same code runs on the controller and the nodes.
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -175,6 +176,41 @@ def link_table(nodes: Sequence[NodeFabric]) -> list[str]:
     return [f"{link.subnet}: " + " <-> ".join(f"{end.node} {end.interface} ({end.rdma_device}) {end.address}"
                                               for end in link.ends)
             for link in fabric_links(nodes)]
+
+
+# --- link speeds ------------------------------------------------------------------
+
+_RATE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*Gb/sec")
+
+
+def rate_gbps(text: Any) -> float | None:
+    """The speed of an RDMA port's rate file (``200 Gb/sec (4X HDR)``), or None."""
+    found = _RATE.match(str(text)) if text is not None else None
+    return float(found.group(1)) if found else None
+
+
+def slower_twins(nodes: Sequence[NodeFabric], rates: Mapping[str, Mapping[str, Any]], name: str) -> list[str]:
+    """The twins of ``name`` whose port links at a lower speed than the fastest twin of the fabric (each
+    node's ``rates`` by RDMA device, as its sysfs rate file reads): a cable or transceiver that negotiated
+    down halves what NCCL gets over that twin while every check of addresses and pings passes."""
+    speeds = {(node.name, device): rate_gbps(rates.get(node.name, {}).get(device))
+              for node in nodes for device in node.rdma_devices}
+    known = {key: value for key, value in speeds.items() if value is not None}
+    if not known:
+        return []
+    fastest = max(known.values())
+    at_fastest = sorted(f"{node} {device}" for (node, device), value in known.items() if value == fastest)
+    me = _find(nodes, name)
+    problems = []
+    for interface, device in zip(me.interfaces, me.rdma_devices, strict=False):
+        value = known.get((name, device))
+        if value is not None and value < fastest:
+            problems.append(
+                f"{name}: {device} ({interface}) links at {rates[name][device]}, under the {fastest:g} Gb/sec of "
+                f"{', '.join(at_fastest[:2])}{' and others' if len(at_fastest) > 2 else ''}: its cable or "
+                "transceiver negotiated a lower speed, so NCCL gets less over this twin while every ping passes; "
+                "reseat or replace the cable (an approved QSFP cable brings both twins up at full speed)")
+    return problems
 
 
 # --- rings ------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from ansible_collections.sparkserve.deploy.plugins.filter.fabric_links import (
     fabric_link_table,
     fabric_peer_addresses,
     fabric_routes,
+    fabric_slow_twins,
 )
 from ansible_collections.sparkserve.deploy.plugins.module_utils.cluster import cluster_from_hostvars, validate_cluster
 from ansible_collections.sparkserve.deploy.plugins.module_utils.fabric_links import (
@@ -20,6 +21,7 @@ from ansible_collections.sparkserve.deploy.plugins.module_utils.fabric_links imp
     NodeFabric,
     cabling_problems,
     carve_subnets,
+    rate_gbps,
     ring_layout,
     ring_problems,
 )
@@ -249,3 +251,32 @@ def test_given_link_subnets_are_used(tmp_path: Path) -> None:
                                "    - {from: spark-c, to: spark-a, subnets: [10.1.0.16/30, 10.1.0.20/30]}\n")
     hosts, hostvars = nodes_hostvars(inventory_of(tmp_path, path))
     assert hostvars[hosts[1]]["sparkserve_fabric_ips"] == ["10.1.0.9", "10.1.0.13", "10.1.0.2", "10.1.0.6"]
+
+
+# --- link speeds ---------------------------------------------------------------------------
+
+
+def roce(rates: dict[str, str]) -> dict[str, Any]:
+    return {"roce": {"devices": [{"name": device, "rate": rate} for device, rate in rates.items()]}}
+
+
+def test_a_twin_slower_than_the_fabric_is_named_on_its_node_only() -> None:
+    hostvars = copy.deepcopy(SWITCH)
+    full = {"rocep1s0f1": "200 Gb/sec (4X HDR)", "roceP2p1s0f1": "200 Gb/sec (4X HDR)"}
+    for name in NAMES:
+        hostvars[name]["__fabric_roce"] = roce(full)
+    assert [fabric_slow_twins(NAMES, hostvars, name) for name in NAMES] == [[], [], []]
+    hostvars["spark-b"]["__fabric_roce"] = roce(dict(full, rocep1s0f1="100 Gb/sec (2X HDR)"))
+    assert fabric_slow_twins(NAMES, hostvars, "spark-a") == []
+    assert fabric_slow_twins(NAMES, hostvars, "spark-b") == [
+        "spark-b: rocep1s0f1 (enp1s0f1np1) links at 100 Gb/sec (2X HDR), under the 200 Gb/sec of spark-a "
+        "roceP2p1s0f1, spark-a rocep1s0f1 and others: its cable or transceiver negotiated a lower speed, so NCCL "
+        "gets less over this twin while every ping passes; reseat or replace the cable (an approved QSFP cable "
+        "brings both twins up at full speed)"]
+
+
+def test_unknown_rates_and_nodes_without_facts_are_left_out() -> None:
+    hostvars = copy.deepcopy(SWITCH)
+    hostvars["spark-a"]["__fabric_roce"] = roce({"rocep1s0f1": "", "roceP2p1s0f1": "200 Gb/sec (4X HDR)"})
+    assert [fabric_slow_twins(NAMES, hostvars, name) for name in NAMES] == [[], [], []]
+    assert rate_gbps("25 Gb/sec (1X EDR)") == 25.0 and rate_gbps(None) is None and rate_gbps("unknown") is None
