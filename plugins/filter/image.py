@@ -56,6 +56,13 @@ def image_lacking(held: Mapping[str, Sequence[str]], source: str, image_id: str)
             if host != source and (list(ids) + [NONE, NONE])[1] != image_id]
 
 
+def image_held_everywhere(held: Mapping[str, Sequence[str]]) -> bool:
+    """Whether nothing is to be pulled or relayed: a host holds the recipe's digest (a pull), and every host holds
+    that image under the local name (the others received it over the fabric, which keeps no digest)."""
+    pulled = {(list(ids) + [NONE])[0] for ids in held.values()} - {NONE}
+    return len(pulled) == 1 and all((list(ids) + [NONE, NONE])[1] in pulled for ids in held.values())
+
+
 def image_local_name(image: str) -> str:
     try:
         return local_ref(image)
@@ -67,4 +74,5 @@ class FilterModule:
     """sparkserve image filters."""
 
     def filters(self) -> dict[str, Any]:
-        return {"image_local_name": image_local_name, "image_source": image_source, "image_lacking": image_lacking}
+        return {"image_local_name": image_local_name, "image_source": image_source, "image_lacking": image_lacking,
+                "image_held_everywhere": image_held_everywhere}

@@ -121,7 +121,11 @@ def test_render_of_one_deployment_through_ansible_runner(tmp_path: Path, monkeyp
     argv = json.loads((run / "command").read_text(encoding="utf-8"))["command"]
     assert argv[argv.index("--limit") + 1] == "deployment_gemma_b:localhost"
     model = replay(load_events(run))
-    assert model.stages[0].name == "Check the inventory has a Spark" and "localhost" in model.stages[0].hosts
+    # The inventory has Sparks: the controller's check has no host; the recipe is read for gemma-b alone.
+    check, read = model.stages[:2]
+    assert check.name == "Check the inventory has a Spark" and not check.hosts
+    assert read.name == "Read the inventory and the recipe"
+    assert read.hosts and all(host.startswith("gemma-b@") for host in read.hosts)
     code, _out, err, _runs = sparkserve(tmp_path, "render", "-i", str(fleet_file(tmp_path)), "--deployment", "x")
     assert code == 2 and err.endswith("its deployments are gemma, gemma-b\n")
 

@@ -773,7 +773,8 @@ def test_image_local_name_refuses_an_unpinned_image(image: str) -> None:
 def test_the_filters_are_registered() -> None:
     filters = image_filter.FilterModule().filters()
     assert filters == {"image_local_name": image_filter.image_local_name, "image_source": image_filter.image_source,
-                       "image_lacking": image_filter.image_lacking}
+                       "image_lacking": image_filter.image_lacking,
+                       "image_held_everywhere": image_filter.image_held_everywhere}
 
 
 ID = "sha256:" + "1d" * 32
@@ -1393,3 +1394,16 @@ def test_relay_in_check_mode_sends_nothing(doubles: Doubles, source: str, capsys
 def test_relay_to_no_peer_changes_nothing(doubles: Doubles, source: str, capsys: pytest.CaptureFixture[str]) -> None:
     out = run_main(image_relay.main, relay_args(doubles, source, []), capsys)
     assert out["changed"] is False and out["sent"] == [] and doubles.here.calls() == []
+
+
+def test_image_held_everywhere_only_when_every_node_holds_the_pulled_image_under_its_name() -> None:
+    # The head pulled (the digest and the local name), the other received it over the fabric (the local name only).
+    assert image_filter.image_held_everywhere({"spark-1": [ID, ID], "spark-2": ["-", ID]})
+    assert image_filter.image_held_everywhere({"spark-1": [ID, ID]})
+    # A node without it, or with another image under the name, or nobody holding the digest: something to bring.
+    assert not image_filter.image_held_everywhere({"spark-1": [ID, ID], "spark-2": ["-", "-"]})
+    assert not image_filter.image_held_everywhere({"spark-1": [ID, ID], "spark-2": ["-", OTHER_ID]})
+    assert not image_filter.image_held_everywhere({"spark-1": [ID, "-"], "spark-2": ["-", ID]})
+    assert not image_filter.image_held_everywhere({"spark-1": ["-", ID], "spark-2": ["-", ID]})
+    assert not image_filter.image_held_everywhere({"spark-1": [ID], "spark-2": []})
+    assert not image_filter.image_held_everywhere({})
