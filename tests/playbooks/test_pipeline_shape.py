@@ -51,9 +51,67 @@ def test_the_deploy_pipeline_runs_its_stages_in_order() -> None:
         "What every Spark holds of the weights", "Weights on every Spark", "Overlays on the pinned image",
         "Measure the serving release on the qualification suite, when no run of it is recorded",
         "Prepare every node for the launch", "Launch the engine",
-        "Qualify the new release", "Roll back to the serving release when the new one failed",
+        "Say where each deployment serves, when no rank started", "Qualify the new release",
+        "Roll back to the serving release when the new one failed",
         "Supervise the deployment", "The gateway in front of the deployments", "Monitor the deployment",
         "End the run"]
+
+
+def play_hosts(play: dict[str, Any], hostvars: dict[str, dict[str, Any]] | None, **extra: Any) -> list[str]:
+    """The hosts a play's templated hosts: expression selects, as ansible-playbook templates it before the play."""
+    from ansible.parsing.dataloader import DataLoader  # noqa: PLC0415 (only these tests need ansible's templating)
+    from ansible.template import Templar, trust_as_template  # noqa: PLC0415
+
+    sparks = [name for name in (hostvars or {}) if name != "localhost"] or ["spark-1", "spark-2"]
+    play_vars = {name: trust_as_template(value) if isinstance(value, str) else value
+                 for name, value in (play.get("vars") or {}).items()}
+    variables: dict[str, Any] = {"groups": {"sparks": sparks, "all": sparks}, **play_vars, **extra}
+    if hostvars is not None:
+        variables["hostvars"] = {name: {"inventory_hostname": name, **facts}
+                                 for name, facts in {"localhost": {}, **hostvars}.items()}
+    selected = Templar(loader=DataLoader(), variables=variables).template(trust_as_template(play["hosts"]))
+    return [selected] if isinstance(selected, str) else list(selected)
+
+
+def test_a_play_with_nothing_to_do_has_no_host() -> None:
+    """A run that changes nothing skips these plays whole (no task is even skipped); a run that needs one runs it."""
+    deploy = {play.get("name"): play for play in plays(PLAYBOOKS / "deploy.yml")}
+    serving = {"spark-1": {"sparkserve_rank": 0, "__engine_relaunch": False, "weights_held_all": True,
+                           "release_upgrade": False},
+               "spark-2": {"sparkserve_rank": 1, "__engine_relaunch": False, "weights_held_all": True,
+                           "release_upgrade": False}}
+    idle = ["Weights on every Spark", "Launch the engine", "Roll back to the serving release when the new one failed",
+            "Monitor the deployment", "End the run"]
+    for name in idle:
+        assert play_hosts(deploy[name], serving) == [], name
+    assert play_hosts(deploy["Say where each deployment serves, when no rank started"], serving) == ["spark-1"]
+
+    def changed(**facts: Any) -> dict[str, dict[str, Any]]:
+        return {"spark-1": {**serving["spark-1"], **facts}, "spark-2": serving["spark-2"]}
+
+    assert play_hosts(deploy["Weights on every Spark"], changed(weights_held_all=False)) == ["sparks"]
+    assert play_hosts(deploy["Launch the engine"], changed(__engine_relaunch=True)) == ["sparks"]
+    assert play_hosts(deploy["Say where each deployment serves, when no rank started"],
+                      changed(__engine_relaunch=True)) == []
+    assert play_hosts(deploy["Roll back to the serving release when the new one failed"],
+                      changed(release_failure="readiness: ...")) == ["sparks"]
+    assert play_hosts(deploy["Monitor the deployment"], changed(sparkserve_monitoring=True)) == ["sparks"]
+    assert play_hosts(deploy["End the run"], changed(release_upgrade=True)) == ["sparks"]
+    assert play_hosts(deploy["End the run"], changed(release_failures=["qualification"])) == ["sparks"]
+    # What runs was not read (--tags without the prepare stage): the launch play keeps its hosts.
+    assert play_hosts(deploy["Launch the engine"], {"spark-1": {"sparkserve_rank": 0}}) == ["sparks"]
+    # Before the run's first play (and in --syntax-check) there are no hostvars: no host, no error.
+    for name in idle:
+        assert play_hosts(deploy[name], None) == [], name
+
+
+def test_the_context_reads_each_recipe_once_a_run() -> None:
+    check, read, absent = plays(PLAYBOOKS / "context.yml")
+    assert play_hosts(check, {"spark-1": {}}) == [] and play_hosts(check, None, groups={"sparks": []}) == ["localhost"]
+    assert play_hosts(read, None) == ["spark-1", "spark-2"]  # the run's first: every host
+    assert play_hosts(read, {"spark-1": {"recipe_rendered_for": "lab-tp2"}, "spark-2": {}}) == ["spark-2"]
+    assert play_hosts(read, {"spark-1": {}}, context_reads_recipe=False) == []
+    assert play_hosts(absent, {"spark-1": {}}) == []
 
 
 BENCH_PLAY = "Measure every link between the Sparks, then NCCL across them, under --tags fabric-bench"
