@@ -12,7 +12,7 @@ TIMED := python3 tools/timetable.py run
 # pytest's workers: one per core (2 on CI's machine).
 PYTEST_WORKERS ?= auto
 
-.PHONY: demo test check setup lab lab-destroy site docs pytest lint lint-yaml lint-ansible lint-python lint-prometheus \
+.PHONY: demo test check chaos setup lab lab-destroy site docs pytest lint lint-yaml lint-ansible lint-python lint-prometheus \
 	lint-sanity molecule molecule-default molecule-supervisor molecule-faults molecule-fleet molecule-cluster4 molecule-ring
 
 ## demo: set this machine up, bring up a 2-node lab, bring the deployment up
@@ -51,6 +51,16 @@ check:
 	echo "--- the linters (.cache/lint.log) ---"; cat .cache/lint.log; \
 	python3 tools/timetable.py print; \
 	test $$tests -eq 0 -a $$linters -eq 0
+
+## chaos: random faults at random moments of random operations on the lab
+## (two deployments behind the gateway), every invariant after each round, a
+## report (.cache/chaos-report.txt). ROUNDS rounds drawn from SEED; ROUND=K
+## replays round K of SEED alone. Minutes a round: not part of test.
+ROUNDS ?= 10
+SEED ?= $(shell date +%s)
+ROUND ?= 0
+chaos: setup
+	python3 tools/chaos.py --rounds $(ROUNDS) --seed $(SEED) --round $(ROUND)
 
 setup:
 	@$(TIMED) setup -- tools/setup-controller.sh
