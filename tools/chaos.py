@@ -153,11 +153,11 @@ def stale_locks(locks: Mapping[str, Any], judge: Callable[[Any], tuple[str, str]
     return problems
 
 
-def leaked_secrets(texts: Iterable[tuple[str, str]], secrets: Sequence[str]) -> list[str]:
-    """No token or key in any log, journal, artifact or output (each text named by where it was read)."""
-    wanted = [s for s in secrets if len(s) >= 8]
-    return [f"{where} holds a secret ({secret[:3]}…, {len(secret)} characters)"
-            for where, text in texts for secret in wanted if secret in text]
+def leaked_secrets(texts: Iterable[tuple[str, str]], secrets: Mapping[str, str]) -> list[str]:
+    """No token or key in any log, journal, artifact or output (each text named by where it was read; each
+    secret by what it is, never by any part of it)."""
+    wanted = {name: value for name, value in secrets.items() if len(value) >= 8}
+    return [f"{where} holds {name}" for where, text in texts for name, value in wanted.items() if value in text]
 
 
 def unverified_repositories(results: Iterable[tuple[str, str, dict[str, Any]]]) -> list[str]:
@@ -325,9 +325,11 @@ def repositories_of(node: str, found: Mapping[str, Any]) -> list[tuple[str, str,
             + [(node, folder, {"incomplete": True}) for folder in sorted(revisions) if folder not in checked])
 
 
-def secrets() -> list[str]:
-    files = [*STATE.glob("gateway-key*"), STATE / "hub-token"]
-    return [f.read_text(encoding="utf-8").strip() for f in files if f.is_file()]
+def secrets() -> dict[str, str]:
+    """The lab's secrets, by what they are: the gateway's keys and the hub's token."""
+    files = {f"the gateway key in {f.name}": f for f in STATE.glob("gateway-key*")}
+    files["the hub token"] = STATE / "hub-token"
+    return {name: f.read_text(encoding="utf-8").strip() for name, f in files.items() if f.is_file()}
 
 
 def texts_to_search(since: float, outputs: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -346,10 +348,9 @@ def texts_to_search(since: float, outputs: Iterable[tuple[str, str]]) -> list[tu
                              "-not -path '/var/lib/sparkserve/models/*' -newermt @" + str(int(since)) +
                              " -exec grep -lI . {} + 2>/dev/null | while read f; do echo \"== $f\"; cat \"$f\"; done",
                        timeout=120)
-        for chunk in logs.stdout.split("\n== ")[1:] if logs.stdout.startswith("== ") else logs.stdout.split("\n== "):
+        for chunk in ("\n" + logs.stdout).split("\n== ")[1:]:
             name, _, body = chunk.partition("\n")
-            if name:
-                texts.append((f"{node}:{name.removeprefix('== ')}", body))
+            texts.append((f"{node}:{name}", body))
     return texts
 
 
@@ -625,11 +626,11 @@ def run_round(round_: Round, watch_url: str, key: str, workdir: Path) -> Outcome
 
 
 def judge_lock(run: Any) -> tuple[str, str]:
+    """How the lock's action plugin judges the run that holds a lock, from this controller."""
     sys.path.insert(0, str(ROOT / "collections"))
     from ansible_collections.sparkserve.deploy.plugins.plugin_utils import controller_run  # noqa: PLC0415
 
-    here = controller_run.run_identity(os.getpid())
-    return controller_run.judge_run(run, here)
+    return controller_run.judge_run(run, judge_identity())
 
 
 # -- the lab of the rounds ----------------------------------------------------------------------------------------
@@ -664,6 +665,49 @@ def line(outcome: Outcome) -> str:
             f"{outcome.seconds:>4.0f}s  {verdict}")
 
 
+def plant(kind: str) -> list[str]:
+    """Plant one violation on the serving lab, read its invariant as a round does, take the plant away: what
+    the invariant said (it must say something)."""
+    if kind == "stale-lock":
+        gone = subprocess.Popen(["true"])
+        gone.wait()
+        here = judge_identity()
+        holder = {"owner": "a planted run", "since": time.time(), "renewed": time.time(), "lease_s": 1800,
+                  "token": "0" * 32, "run": dict(here, pid=gone.pid, pid_start=1, label="a planted run")}
+        path = "/run/sparkserve/locks/lab-tp1.lock"
+        on_node("spark-1", f"mkdir -p /run/sparkserve/locks && cat > {path}", stdin=json.dumps(holder))
+        try:
+            return stale_locks(read_locks(), judge_lock)
+        finally:
+            on_node("spark-1", f"rm -f {path}")
+    if kind == "token":
+        since = time.time()
+        path = "/var/log/sparkserve-chaos-planted.log"
+        key = secrets()["the gateway key in gateway-key"]
+        on_node("spark-2", f"cat > {path}", stdin=f"Authorization: Bearer {key}\n")
+        try:
+            return leaked_secrets(texts_to_search(since, []), secrets())
+        finally:
+            on_node("spark-2", f"rm -f {path}")
+    if kind == "fingerprints":
+        image = on_node("spark-2", "docker ps --filter label=sparkserve.deployment=lab-tp2 --format '{{.Image}}'")
+        on_node("spark-2", "docker run -d --name lab-tp2-planted --label sparkserve.deployment=lab-tp2 "
+                           f"--label sparkserve.fingerprint={'f' * 64} --entrypoint sleep "
+                           f"{image.stdout.split()[0]} 600")
+        try:
+            return mixed_fingerprints(read_ranks())
+        finally:
+            on_node("spark-2", "docker rm -f lab-tp2-planted")
+    raise SystemExit(f"chaos: nothing to plant called {kind}")
+
+
+def judge_identity() -> dict[str, Any]:
+    sys.path.insert(0, str(ROOT / "collections"))
+    from ansible_collections.sparkserve.deploy.plugins.plugin_utils import controller_run  # noqa: PLC0415
+
+    return dict(controller_run.run_identity(os.getpid()))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10)
@@ -671,7 +715,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--round", type=int, default=0, help="replay this round of the seed alone")
     parser.add_argument("--report", type=Path, default=ROOT / ".cache" / "chaos-report.txt")
     parser.add_argument("--plan", action="store_true", help="print the rounds' draw and touch nothing")
+    parser.add_argument("--plant", choices=["stale-lock", "token", "fingerprints"], action="append", default=[],
+                        help="plant this violation on the serving lab, show its invariant failing, take it away")
     args = parser.parse_args(argv)
+    if args.plant:
+        said = {kind: plant(kind) for kind in args.plant}
+        for kind, problems in said.items():
+            print(f"planted {kind}: " + ("; ".join(problems) if problems else "NOT SEEN by its invariant"))
+        return 0 if all(said.values()) else 1
     numbers = [args.round] if args.round else list(range(1, args.rounds + 1))
     rounds = [draw(args.seed, n) for n in numbers]
     if args.plan:
