@@ -199,16 +199,15 @@ def answers_from_dead(answers: Iterable[tuple[float, str, int]], dead: Mapping[s
                       grace_s: float = 2.0) -> list[str]:
     """The gateway never answers from a dead rank: no 200 for a deployment while one of its ranks was dead
     (DEAD: per deployment, the windows [from, to] in which a rank was seen dead), past GRACE_S of requests in
-    flight when it died."""
+    flight when it died. One problem per window, with how many 200s it held and when the last came."""
     problems = []
-    for when, name, status in answers:
-        if status != 200:
-            continue
-        for start, end in dead.get(name, []):
-            if start + grace_s <= when <= end:
-                problems.append(f"the gateway answered {name} with 200 at +{when - start:.1f}s of a dead rank "
-                                f"(dead from {start:.1f} to {end:.1f})")
-                break
+    for name, windows in sorted(dead.items()):
+        for start, end in windows:
+            late = [when - start for when, asked, status in answers
+                    if asked == name and status == 200 and start + grace_s <= when <= end]
+            if late:
+                problems.append(f"the gateway answered {name} with 200 {len(late)} times while a rank was dead "
+                                f"(from +{min(late):.1f}s to +{max(late):.1f}s of a window of {end - start:.1f}s)")
     return problems
 
 

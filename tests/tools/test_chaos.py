@@ -107,8 +107,9 @@ def test_an_answer_from_a_dead_rank_fails_the_invariant() -> None:
     fine = [(99.0, "lab-tp2", 200), (101.0, "lab-tp2", 200), (130.0, "lab-tp2", 502), (130.0, "lab-tp1", 200),
             (170.0, "lab-tp2", 200)]
     assert chaos.answers_from_dead(fine, dead) == []
-    [problem] = chaos.answers_from_dead(fine + [(140.0, "lab-tp2", 200)], dead)
-    assert problem.startswith("the gateway answered lab-tp2 with 200 at +40.0s of a dead rank")
+    [problem] = chaos.answers_from_dead(fine + [(140.0, "lab-tp2", 200), (150.0, "lab-tp2", 200)], dead)
+    assert problem == ("the gateway answered lab-tp2 with 200 2 times while a rank was dead "
+                       "(from +40.0s to +50.0s of a window of 60.0s)")
 
 
 def test_a_site_yml_that_does_not_converge_or_changes_again_fails_the_invariant() -> None:
