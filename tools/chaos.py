@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 LAB = os.environ.get("SPARKSERVE_LAB_NAME", "sparkserve-lab")
 STATE = ROOT / ".lab"
@@ -434,8 +436,6 @@ def ansible(playbook: str, *args: str) -> list[str]:
 def changed_recipe(workdir: Path, deployment: str, number: int) -> list[str]:
     """The deployment's recipe with another max-model-len, as a copy named for the round, and the arguments that
     make the run use it for that deployment alone."""
-    import yaml  # noqa: PLC0415 (the controller has PyYAML; only this step reads recipes)
-
     recipes = workdir / "recipes"
     if not recipes.exists():
         subprocess.run(["cp", "-r", str(ROOT / "recipes"), str(recipes)], check=True)

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOKS = ROOT / "playbooks"
@@ -59,8 +61,6 @@ def test_the_deploy_pipeline_runs_its_stages_in_order() -> None:
 
 def play_hosts(play: dict[str, Any], hostvars: dict[str, dict[str, Any]] | None, **extra: Any) -> list[str]:
     """The hosts a play's templated hosts: expression selects, as ansible-playbook templates it before the play."""
-    from ansible.parsing.dataloader import DataLoader  # noqa: PLC0415 (only these tests need ansible's templating)
-    from ansible.template import Templar, trust_as_template  # noqa: PLC0415
 
     sparks = [name for name in (hostvars or {}) if name != "localhost"] or ["spark-1", "spark-2"]
     play_vars = {name: trust_as_template(value) if isinstance(value, str) else value

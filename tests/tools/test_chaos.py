@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -34,8 +35,6 @@ def test_every_moment_is_a_line_the_operation_prints() -> None:
     for path in [ROOT / "site.yml", *ROOT.glob("playbooks/*.yml"), *ROOT.glob("roles/*/tasks/*.yml")]:
         names += [line.split("name:", 1)[1].strip() for line in path.read_text(encoding="utf-8").splitlines()
                   if line.lstrip().startswith("- name:")]
-    import re  # noqa: PLC0415
-
     for operation, moments in chaos.MOMENTS.items():
         for moment, pattern in moments:
             if not pattern:
