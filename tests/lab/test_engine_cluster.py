@@ -331,12 +331,40 @@ def test_a_silent_worker_is_lost_after_the_heartbeat_timeout(cluster_factory: An
         time.sleep(0.05)
     assert cluster.get("/health")[0] == 200 and worker.proc.poll() is None, cluster.logs_text()
     worker.proc.send_signal(signal.SIGSTOP)  # alive but silent, like a hung rank
+    answers: list[int] = []
+    asking = threading.Thread(target=lambda: answers.append(
+        cluster.post("/v1/completions", {"prompt": "anyone?", "max_tokens": 2}, timeout=30)[0]))
     try:
+        asking.start()
         cluster.wait_health(503)
+        asking.join(30)
     finally:
         worker.proc.send_signal(signal.SIGCONT)
     assert "node rank 1 is gone (no heartbeat)" in json.loads(cluster.get("/health")[1])["error"]
     assert "engine dead" in head.text()
+    assert answers == [500], answers  # the completion waited for the stopped rank, then failed with the engine
+
+
+def test_a_stopped_worker_holds_every_completion_until_it_runs_again(cluster_factory: Any) -> None:
+    cluster: Cluster = cluster_factory(2, {"VLLM_DOUBLE_HEARTBEAT_TIMEOUT_S": "60"})
+    cluster.start(0)
+    worker = cluster.start(1)
+    cluster.wait_health(200)
+    assert cluster.post("/v1/completions", {"prompt": "warm", "max_tokens": 2})[0] == 200
+    answers: list[int] = []
+    worker.proc.send_signal(signal.SIGSTOP)
+    try:
+        asking = threading.Thread(target=lambda: answers.append(
+            cluster.post("/v1/completions", {"prompt": "held", "max_tokens": 2}, timeout=60)[0]))
+        asking.start()
+        eventually(lambda: metric(cluster.get("/metrics")[1], "vllm:num_requests_running") == 1, cluster)
+        asking.join(1)  # the stopped rank cannot answer the step, so the head cannot answer either
+        assert asking.is_alive() and answers == [], (answers, cluster.logs_text())
+        assert cluster.get("/health")[0] == 200  # not lost yet: the heartbeat timeout is a minute
+    finally:
+        worker.proc.send_signal(signal.SIGCONT)
+    asking.join(30)
+    assert answers == [200], cluster.logs_text()
 
 
 def test_a_busy_api_port_stops_the_head(cluster_factory: Any) -> None:

@@ -210,8 +210,10 @@ def _open_head(args: ServeArgs, api: Api, log: Logger, stop: threading.Event,
             server.server_close()
             return None
         # NCCL's init lines (NCCL_DEBUG=INFO) once every worker rank has joined, before the engine can be ready.
-        HeadRendezvous(api.state, log, knobs.heartbeat_s, knobs.heartbeat_timeout_s, stop,
-                       lambda: print_nccl_init(log, os.environ, args.node_rank, args.nnodes)).start(listener)
+        rendezvous = HeadRendezvous(api.state, log, knobs.heartbeat_s, knobs.heartbeat_timeout_s, stop,
+                                    lambda: print_nccl_init(log, os.environ, args.node_rank, args.nnodes))
+        rendezvous.start(listener)
+        api.collective = rendezvous.step  # a request's first and last steps wait for every worker
         log.info("rendezvous: listening on port %d for %d worker ranks" % (args.master_port, args.nnodes - 1))
     return server
 

@@ -9,6 +9,13 @@ engine serves. An admitted worker loads its weights, sends ``ready`` (or
 ``failed``), then both sides exchange heartbeats over the open connection; the
 end of that connection is how each side learns the other is gone.
 
+While serving, a request's first step and its last (the answer) are a
+collective, as every forward step of a real engine is: the head sends ``step``
+to every worker and goes on only when each has answered ``step-done``. A
+worker that is stopped (SIGSTOP) or hung holds every completion until it
+answers again or the heartbeat timeout counts it lost (the engine is then
+dead), so the head never answers from a model part of which is not running.
+
 Messages are JSON objects, one per line.
 """
 
@@ -21,7 +28,10 @@ import time
 from typing import Any, Callable
 
 from .logs import Logger
-from .state import EngineState
+from .state import EngineState, Phase
+
+# How often a collective step that waits for a worker looks whether the engine died meanwhile.
+STEP_POLL_S = 0.1
 
 
 class JoinError(Exception):
@@ -112,6 +122,11 @@ class HeadRendezvous:
         self.on_all_joined = on_all_joined
         self._all_joined_lock = threading.Lock()
         self._all_joined_done = False
+        # The collective: each worker's channel, the last step sent and the last step each worker answered.
+        self._steps = threading.Condition()
+        self._channels: dict[int, Channel] = {}
+        self._step_sent = 0
+        self._step_done: dict[int, int] = {}
 
     def start(self, listener: socket.socket) -> None:
         threading.Thread(target=self._accept_loop, args=(listener,), daemon=True, name="rendezvous").start()
@@ -171,8 +186,13 @@ class HeadRendezvous:
         if rank is None:
             channel.close()
             return
+        with self._steps:
+            self._channels[rank] = channel
         start_heartbeat(channel, self.heartbeat_s, self.stop)
         self._follow(channel, rank)
+        with self._steps:
+            self._channels.pop(rank, None)
+            self._steps.notify_all()
         channel.close()
 
     def _follow(self, channel: Channel, rank: int) -> None:
@@ -188,6 +208,29 @@ class HeadRendezvous:
             self.state.worker_ready(rank)
         elif kind == "failed":
             self.state.fail("node rank %d failed: %s" % (rank, message.get("reason", "unknown")))
+        elif kind == "step-done" and isinstance(message.get("step"), int):
+            with self._steps:
+                self._step_done[rank] = max(self._step_done.get(rank, 0), message["step"])
+                self._steps.notify_all()
+
+    def step(self) -> bool:
+        """One collective step with every worker: True once each has answered it; False when the engine died
+        (or the head stops) first. Steps of concurrent requests overlap; each waits for its own."""
+        with self._steps:
+            self._step_sent += 1
+            number = self._step_sent
+            channels = dict(self._channels)
+        for channel in channels.values():
+            try:
+                channel.send({"type": "step", "step": number})
+            except OSError:
+                pass  # the worker's reader sees its connection end and counts the rank lost
+        with self._steps:
+            while not all(self._step_done.get(rank, 0) >= number for rank in range(1, self.state.nnodes)):
+                if self.stop.is_set() or self.state.phase is not Phase.SERVING:
+                    return False
+                self._steps.wait(STEP_POLL_S)
+        return True
 
 
 def _read_until_closed(channel: Channel, on_message: Callable[[dict], None],
@@ -248,6 +291,13 @@ def join_head(addr: str, port: int, rank: int, nnodes: int, timeout_s: float, ch
 
 
 def watch_head(channel: Channel, lost: threading.Event, reason: list[str]) -> None:
-    """Read the head's heartbeats until the connection ends, then set ``lost``."""
-    reason.append(_lost_reason(_read_until_closed(channel, lambda message: None)))
+    """Read the head's messages until the connection ends, then set ``lost``: answer each collective step,
+    ignore heartbeats."""
+    def on_message(message: dict) -> None:
+        if message.get("type") == "step":
+            try:
+                channel.send({"type": "step-done", "step": message.get("step")})
+            except OSError:
+                pass  # the read that follows sees the connection end
+    reason.append(_lost_reason(_read_until_closed(channel, on_message)))
     lost.set()

@@ -25,7 +25,7 @@ import time
 from contextlib import closing
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Generator
+from typing import Any, Callable, Generator
 
 from . import VERSION
 from .cli import ServeArgs
@@ -76,6 +76,8 @@ class Api:
     flavor: str = "vllm"  # the engine answered as: vllm or sglang
     metrics_enabled: bool = True
     sources: dict[str, str] = field(default_factory=source_hashes)
+    # A step every worker rank takes part in (the rendezvous's collective); None on one node.
+    collective: Callable[[], bool] | None = None
     created: int = field(default_factory=lambda: int(time.time()))
     slots: threading.Semaphore = field(init=False)
 
@@ -120,6 +122,8 @@ class Api:
                 if delay > 0:
                     time.sleep(delay)
                 if self.state.phase is Phase.DEAD:
+                    raise EngineDeadError()
+                if (number == 0 or number == len(steps) - 1) and self.collective and not self.collective():
                     raise EngineDeadError()
                 now = time.monotonic()
                 tokens = step.tokens
