@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
+from typing import Callable, Iterator
 
 import pytest
 
@@ -39,3 +41,22 @@ def as_module(monkeypatch: pytest.MonkeyPatch) -> None:
     # this worker must not lend its warnings to the next one.
     warnings._global_warnings.clear()
     warnings._global_deprecations.clear()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Callable[[int], Path]]:
+    """A real file system of a few KiB: make(size_kib) mounts a tmpfs of that size in tmp_path and returns it
+    (the suite runs as root, as CI does); every one is unmounted after the test."""
+    mounted: list[Path] = []
+
+    def make(size_kib: int) -> Path:
+        where = tmp_path / f"disk{len(mounted)}"
+        where.mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kib}k", "sparkserve-test", str(where)],
+                       check=True, capture_output=True)
+        mounted.append(where)
+        return where
+
+    yield make
+    for where in mounted:
+        subprocess.run(["umount", "--lazy", str(where)], check=False)

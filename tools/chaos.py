@@ -7,7 +7,8 @@ Brings up (or keeps) the lab with the gateway and two deployments (lab-tp2 over 
 spark-1), serving. Each round draws from the seed an operation (nothing while serving, site.yml with a
 changed recipe, an upgrade, a rollback, a stop), a fault (a rank killed or stopped with SIGSTOP, a node's
 container killed, a node's dockerd restarted, a node's memory under the guard's floor, a changed GID
-index, a fabric twin down, the hub or the registry stopped, the controller's run killed with SIGKILL) and
+index, a fabric twin down, the hub or the registry stopped, the controller's run killed with SIGKILL, a
+node's models disk filled to its last byte) and
 the moment to strike: a line of the operation's own output (a play or task starting), never a sleep;
 while serving, the first completion answered through the gateway. Then it heals what the fault broke
 outside the software (starts the node again, brings the link up, ...), and checks, within the fault's
@@ -84,14 +85,32 @@ OPERATIONS = tuple(MOMENTS)
 # fault is healed (the supervisor's heal, a relaunch's memory wait).
 BOUNDS_S = {"kill-rank": 240, "sigstop-engine": 300, "kill-node": 300, "restart-dockerd": 300,
             "memory-drop": 300, "gid-change": 240, "link-down": 240, "hub-stop": 240, "registry-stop": 240,
-            "kill-controller": 240}
+            "kill-controller": 240, "disk-full": 240}
 FAULTS = tuple(BOUNDS_S)
 # A fault that needs a run of the controller to strike.
 NEEDS_RUN = {"kill-controller"}
 # Faults of the world around the software (a node, a link, memory, the hub, the registry): put back by the
 # round as a person would, before the software is asked to be serving again. The others it must heal itself;
 # the round only cleans up after (a SIGSTOP left on a container the software did not restart, the GID).
-HEALED_FROM_OUTSIDE = {"kill-node", "memory-drop", "link-down", "hub-stop", "registry-stop"}
+HEALED_FROM_OUTSIDE = {"kill-node", "memory-drop", "link-down", "hub-stop", "registry-stop", "disk-full"}
+# A full models disk: a real file system (a tmpfs holding a copy of what the disk held, a few MiB in the lab)
+# mounted over the models folder and filled to its last byte. The disk it hides stays reachable at DISK_UNDER;
+# the heal makes it hold what the full disk held (less the filler), then takes the tmpfs away.
+DISK_UNDER = "/run/sparkserve-chaos/models-under"
+DISK_FILL = f"""set -e
+mkdir -p {DISK_UNDER}
+mount --bind {MODELS} {DISK_UNDER}
+mount -t tmpfs -o size=$(( $(du -sk {DISK_UNDER} | cut -f1) + 4096 ))k sparkserve-chaos-full {MODELS}
+cp -a {DISK_UNDER}/. {MODELS}/
+dd if=/dev/zero of={MODELS}/.chaos-fill bs=64k 2>/dev/null || true
+df -k --output=avail {MODELS} | tail -1"""
+DISK_FREE = f"""set -e
+if mountpoint -q {DISK_UNDER}; then
+  rm -f {MODELS}/.chaos-fill
+  rsync -a --delete {MODELS}/ {DISK_UNDER}/
+  umount --lazy {MODELS}
+  umount --lazy {DISK_UNDER}
+fi"""
 
 
 @dataclass(frozen=True)
@@ -178,7 +197,7 @@ def unverified_repositories(results: Iterable[tuple[str, str, dict[str, Any]]]) 
 def unclear_deployments(serving: Mapping[str, bool], states: Mapping[str, str], ranks: Iterable[Rank],
                         stopped: Iterable[str] = ()) -> list[str]:
     """Every deployment serves, or holds a clear state (needs attention, needs reboot, failed with its reason,
-    stopped by the operator) with every rank stopped."""
+    stopped by the operator, or by a supervisor that is not running) with every rank stopped."""
     running: dict[str, list[str]] = {}
     for rank in ranks:
         if rank.running:
@@ -188,7 +207,10 @@ def unclear_deployments(serving: Mapping[str, bool], states: Mapping[str, str], 
         if answers:
             continue
         state = states.get(name, "")
-        clear = name in stopped or state.startswith(("needs attention", "needs reboot", "failed"))
+        # A supervisor that is not running (inactive: stopped, or not started on this boot; not failed) holds
+        # the deployment stopped, a clear state as long as no rank runs.
+        clear = name in stopped or state.startswith(("needs attention", "needs reboot", "failed",
+                                                     "not running (inactive)"))
         if not clear:
             problems.append(f"{name} does not serve and holds no clear state (supervisor: {state or 'none'})")
         elif running.get(name):
@@ -272,15 +294,22 @@ def stopped_processes(node: str) -> set[str]:
 
 
 def supervisor_states() -> dict[str, str]:
-    """Each deployment's supervisor state (its DEPLOYMENT.state.json on the head)."""
-    program = ("import glob,json\n"
+    """Each deployment's supervisor state (its DEPLOYMENT.state.json on the head), as `sparkserve status` reads
+    it: the file's state while the supervisor's unit is active, else ``not running (UNIT STATE)`` and the last
+    state it wrote (after a stop, or a reboot of a head whose recipe does not start it on boot)."""
+    program = ("import glob,json,subprocess\n"
                "states = {}\n"
                "for path in glob.glob('/var/lib/sparkserve/supervisor/*.state.json'):\n"
                "    try:\n"
                "        record = json.load(open(path))\n"
                "    except ValueError:\n"
                "        continue\n"
-               "    states[record.get('deployment', '')] = record.get('state', '')\n"
+               "    name = record.get('deployment', '')\n"
+               "    unit = subprocess.run(['systemctl', 'is-active', 'sparkserve-supervisor@%s.service' % name],\n"
+               "                          capture_output=True, text=True).stdout.strip()\n"
+               "    last = record.get('state', '')\n"
+               "    gone = 'not running (%s); its last state: %s' % (unit, last)\n"
+               "    states[name] = last if unit == 'active' else gone\n"
                "print(json.dumps(states))\n")
     done = on_node("spark-1", "python3 -", stdin=program) if node_up("spark-1") else None
     try:
@@ -501,6 +530,11 @@ def strike(round_: Round, run: subprocess.Popen[str] | None) -> str:
         service = "hub" if fault == "hub-stop" else "registry"
         sh(["docker", "stop", "-t", "1", f"{LAB}-{service}"])
         return f"stopped the {service}"
+    if fault == "disk-full":
+        done = on_node(node, DISK_FILL)
+        if done.returncode != 0:
+            raise RuntimeError(f"could not fill {node}'s models disk: {done.stderr.strip()[-300:]}")
+        return f"{node}'s models disk full ({done.stdout.strip()} KiB free)"
     if fault == "kill-controller" and run is not None:
         os.killpg(run.pid, signal.SIGKILL)
         return "SIGKILL to the controller's run"
@@ -527,6 +561,10 @@ def heal(round_: Round) -> None:
             on_node(node, "systemctl restart sparkserve-lab-hw.service")
     elif fault == "link-down":
         on_node(node, f"ip link set {TWIN} up")
+    elif fault == "disk-full":
+        done = on_node(node, DISK_FREE)
+        if done.returncode != 0:
+            raise RuntimeError(f"could not free {node}'s models disk: {done.stderr.strip()[-300:]}")
     elif fault in ("hub-stop", "registry-stop"):
         sh(["docker", "start", f"{LAB}-{'hub' if fault == 'hub-stop' else 'registry'}"], check=True)
 
@@ -742,9 +780,10 @@ def main(argv: list[str] | None = None) -> int:
                 report.write(text + "\n")
         failed = [o for o in outcomes if o.problems]
         backs = [o.back_s for o in outcomes if o.back_s is not None]
+        back = (f"back to serving in {min(backs):.0f}-{max(backs):.0f}s ({len(backs)} rounds)" if backs
+                else "no round needed to come back to serving")
         summary = (f"chaos seed {args.seed}: {len(outcomes) - len(failed)} of {len(outcomes)} rounds hold every "
-                   f"invariant; back to serving in {min(backs, default=0):.0f}-{max(backs, default=0):.0f}s "
-                   f"({len(backs)} rounds); {sum(o.seconds for o in outcomes) / 60:.0f} min")
+                   f"invariant; {back}; {sum(o.seconds for o in outcomes) / 60:.0f} min")
         print(summary)
         report.write(summary + "\n")
         for o in failed:

@@ -31,6 +31,9 @@ description:
   - One fetch at a time per folder - a fetch finds what to fetch only once the one still running there (the
     background job of a run that was interrupted; the role runs this module with C(async)) has ended, under
     an exclusive lock on C(.sparkserve-fetch.lock) in the folder.
+  - Before fetching, the files still to fetch (less what their partial files hold) must fit in the free space
+    of the folder's file system; otherwise the module fails, naming what is needed and what is free, and
+    fetches nothing.
   - In check mode reports what would be fetched and fetches nothing.
 extends_documentation_fragment:
   - sparkserve.deploy.attributes
@@ -117,6 +120,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.sparkserve.deploy.plugins.module_utils.node.files import room_problem
 from ansible_collections.sparkserve.deploy.plugins.module_utils.weights import (
     MANIFEST_NAME,
     OUR_PREFIX,
@@ -184,6 +188,13 @@ def plan_fetch(files: Mapping[str, Mapping[str, Any]], sizes: Mapping[str, Optio
             raise ValueError(f"files not in the manifest: {', '.join(unknown)}")
     wanted = set(files if only is None else only)
     return [p for p, entry in files.items() if p in wanted and sizes.get(p) != entry["size"]]
+
+
+def bytes_to_write(root: str, files: Mapping[str, Mapping[str, Any]], plan: Sequence[str]) -> int:
+    """What the planned files still need on disk: each one's size less what its partial file already holds."""
+    partials = {relpath: os.path.relpath(partial_path(root, relpath), root) for relpath in plan}
+    held = local_sizes(root, list(partials.values()))
+    return sum(max(0, files[relpath]["size"] - (held[partials[relpath]] or 0)) for relpath in plan)
 
 
 def source_url(source: str, relpath: str) -> str:
@@ -355,6 +366,9 @@ def main() -> None:
     plan, files = would.pop("plan"), would.pop("files")
     if not plan:
         module.exit_json(**would)
+    no_room = room_problem(root, bytes_to_write(root, files, plan), f"{len(plan)} file(s) of this revision")
+    if no_room:
+        module.fail_json(msg=no_room, changed=False, fetched=[], bytes_fetched=0)
     try:
         outcome = fetch(p["source"], root, files, plan, wait_timeout_s=p["wait_timeout_s"], poll_s=p["poll_s"],
                         bwlimit_kib=p["bwlimit_kib"], io_timeout_s=p["io_timeout_s"], retries=p["retries"],

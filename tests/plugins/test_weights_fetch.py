@@ -317,6 +317,23 @@ def test_check_mode_fetches_nothing(tmp_path: Path, upstream: tuple[Path, str],
     assert sorted(p.name for p in down.iterdir()) == [w.MANIFEST_NAME]
 
 
+def test_a_disk_without_room_fetches_nothing_and_says_how_much_is_missing(
+        tmp_path: Path, upstream: tuple[Path, str], small_disk: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    folder, source = upstream
+    write_tree(folder, CONTENTS)
+    down = local_copy(small_disk(1024), CONTENTS)  # 1 MiB; the shards are 3.5 MB
+    partial = Path(wf.partial_path(str(down), "model-00001-of-00002.safetensors"))
+    partial.parent.mkdir()
+    partial.write_bytes(CONTENTS["model-00001-of-00002.safetensors"][:500_000])  # counts as already written
+    out = run_main({"source": source, "path": str(down), "poll_s": 0.05}, capsys)
+    missing = 3_500_000 - 500_000 + len(CONTENTS["config.json"]) + len(CONTENTS["sub/tokenizer.json"])
+    assert out["failed"] is True and out["fetched"] == [] and out["changed"] is False, out
+    assert out["msg"].startswith("no room for 4 file(s) of this revision under %s: %.1f MiB still to write, "
+                                 % (down, missing / 2**20)), out["msg"]
+    assert "free on its file system; free " in out["msg"]
+    assert sorted(p.name for p in down.iterdir()) == sorted([w.MANIFEST_NAME, wf.FETCH_LOCK_NAME, w.PARTIAL_DIR])
+
+
 def test_an_interrupted_transfer_resumes_from_the_partial_file(tmp_path: Path, upstream: tuple[Path, str]) -> None:
     folder, source = upstream
     write_tree(folder, CONTENTS)

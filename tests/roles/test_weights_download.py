@@ -165,6 +165,16 @@ def test_a_missing_manifest_is_written_without_fetching(endpoint: str, tmp_path:
     assert stats(endpoint)["bytes_served"] == 0
 
 
+def test_a_disk_without_room_for_the_revision_exits_5_before_fetching(endpoint: str, tmp_path: Path,
+                                                                     small_disk: Any) -> None:
+    dest = small_disk(1024) / "tiny"  # 1 MiB free; the revision is 3 MiB
+    done = run(endpoint, dest)
+    assert done.returncode == 5, done.stderr
+    assert "no room for 8 file(s) of acme/tiny at revision %s under %s: 3.0 MiB still to write" % (SHA, dest) \
+        in done.stderr, done.stderr
+    assert not list(dest.glob("*.safetensors")) and not (dest / ".cache").exists()
+
+
 def test_unknown_revision_exits_3_naming_it(endpoint: str, tmp_path: Path) -> None:
     revision = "0badc0de" * 5
     process = run(endpoint, tmp_path / "weights", revision=revision)

@@ -99,6 +99,14 @@ def test_a_deployment_neither_serving_nor_in_a_clear_state_fails_the_invariant()
     assert problem == "lab-tp2 does not serve and holds no clear state (supervisor: healing)"
     [problem] = chaos.unclear_deployments({"lab-tp2": False}, {"lab-tp2": "needs reboot: spark-2"}, ranks)
     assert problem.startswith("lab-tp2 holds needs reboot: spark-2 but ranks still run: lab-tp2-rank-spark-1")
+    # A supervisor not running (a head rebooted without start_on_boot) holds a deployment stopped; a failed one
+    # does not, and neither holds one whose ranks still run.
+    stale = "not running (inactive); its last state: watching"
+    assert chaos.unclear_deployments({"lab-tp1": False}, {"lab-tp1": stale}, ranks) == []
+    [problem] = chaos.unclear_deployments({"lab-tp1": False}, {"lab-tp1": "not running (failed); x"}, ranks)
+    assert problem.startswith("lab-tp1 does not serve and holds no clear state")
+    [problem] = chaos.unclear_deployments({"lab-tp2": False}, {"lab-tp2": stale}, ranks)
+    assert problem.startswith("lab-tp2 holds not running (inactive)") and "but ranks still run" in problem
 
 
 def test_an_answer_from_a_dead_rank_fails_the_invariant() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from typing import Union
+from typing import Optional, Union
 
 # Temporary names unique within this process (with its pid): chosen before the file is made, so that whatever
 # interrupts the write (a signal raised at any bytecode) knows the name to remove.
@@ -66,3 +66,22 @@ def append_line(path: str, line: str) -> None:
         handle.write(line + "\n")
         handle.flush()
         os.fsync(handle.fileno())
+
+
+def size_text(count: float) -> str:
+    """Bytes as a person reads them: ``512 B``, ``3.2 MiB``, ``41.0 GiB``."""
+    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}"
+    return f"{int(count)} B"
+
+
+def room_problem(folder: str, needed: int, what: str) -> Optional[str]:
+    """Why ``needed`` more bytes of ``what`` do not fit on the file system of folder (which must exist); None when
+    they fit. Free space is what an unprivileged writer may use (``f_bavail``), as the engine container is one."""
+    stats = os.statvfs(folder)
+    free = stats.f_bavail * stats.f_frsize
+    if needed <= free:
+        return None
+    return (f"no room for {what} under {folder}: {size_text(needed)} still to write, {size_text(free)} free on its "
+            f"file system; free {size_text(needed - free)} or more there (old revisions, other files) and run again")

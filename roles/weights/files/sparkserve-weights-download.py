@@ -54,7 +54,7 @@ from huggingface_hub.utils import (
 )
 
 # The node library, mounted read-only at /sparkserve/lib with PYTHONPATH pointing there (roles/weights).
-from sparkserve_node.files import write_atomic
+from sparkserve_node.files import room_problem, write_atomic
 
 MANIFEST_NAME = ".sparkserve-manifest.json"
 # The revision's size, written when the download starts (module_utils/weights.py DOWNLOAD_NAME reads it).
@@ -278,6 +278,15 @@ def download(options: Options, files: list[RepoFile], stale: dict[str, str]) -> 
                             "first %s: %s" % (len(left), options.repo, options.revision, path, why))
 
 
+def bytes_to_write(dest: Path, files: list[RepoFile], stale: dict[str, str]) -> int:
+    """What the download still needs on disk: the sizes of the files to fetch, less the wrong copies it removes
+    first and what the client's unfinished files (``*.incomplete``) already hold."""
+    needed = sum(item.size for item in files if item.path in stale)
+    removed = sum(local_path(dest, rel_path).stat().st_size for rel_path, why in stale.items() if why != "missing")
+    unfinished = sum(part.stat().st_size for part in (dest / ".cache" / "huggingface").rglob("*.incomplete"))
+    return max(0, needed - removed - unfinished)
+
+
 def write_expected(dest: Path, files: list[RepoFile]) -> None:
     """Say the revision's size, so the weights_progress module can show how far the download is."""
     part = dest / (EXPECTED_NAME + ".part")
@@ -301,6 +310,10 @@ def sync(options: Options) -> tuple[list[RepoFile], bool]:
     stale = problems(options.dest, files)
     if up_to_date(options, files, stale):
         return files, False
+    no_room = room_problem(str(options.dest), bytes_to_write(options.dest, files, stale),
+                           "%d file(s) of %s at revision %s" % (len(stale), options.repo, options.revision))
+    if no_room:
+        raise DownloadError(EXIT_FAILED, no_room)
     log("fetching %s at revision %s into %s (%d of %d files missing or wrong)"
         % (options.repo, options.revision, options.dest, len(stale), len(files)))
     download(options, files, stale)
