@@ -87,6 +87,8 @@ BOUNDS_S = {"kill-rank": 240, "sigstop-engine": 300, "kill-node": 300, "restart-
             "memory-drop": 300, "gid-change": 240, "link-down": 240, "hub-stop": 240, "registry-stop": 240,
             "kill-controller": 240, "disk-full": 240}
 FAULTS = tuple(BOUNDS_S)
+# How long a rank fault struck during a run waits for a rank of the deployment to run on its node.
+RANK_WAIT_S = 60
 # A fault that needs a run of the controller to strike.
 NEEDS_RUN = {"kill-controller"}
 # Faults of the world around the software (a node, a link, memory, the hub, the registry): put back by the
@@ -494,8 +496,15 @@ def strike(round_: Round, run: subprocess.Popen[str] | None) -> str:
     """Break what the fault breaks; what it did, for the report."""
     node, fault = round_.node, round_.fault
     if fault in ("kill-rank", "sigstop-engine"):
-        ranks = [r for r in read_ranks() if r.deployment == round_.deployment and r.node == node and r.running]
-        if not ranks:
+        # At "a rank's start" the task that starts the container has begun; the rank to strike is the one it
+        # starts, once it runs (the operation's run goes on meanwhile).
+        ranks: list[Rank] = []
+
+        def rank_runs() -> bool:
+            ranks[:] = [r for r in read_ranks() if r.deployment == round_.deployment and r.node == node and r.running]
+            return bool(ranks)
+
+        if not rank_runs() and (run is None or wait_until(rank_runs, RANK_WAIT_S, every_s=1) is None):
             return "no rank ran to strike"
         signal_name = "KILL" if fault == "kill-rank" else "STOP"
         on_node(node, f"docker kill --signal {signal_name} {ranks[0].container}")
@@ -632,11 +641,15 @@ def run_round(round_: Round, watch_url: str, key: str, workdir: Path) -> Outcome
             result = "passed" if code == 0 else f"failed (exit {code})"
         # What only a person can put back (a node, a link, the hub) is put back now; what the software must heal
         # itself (a rank, a dockerd, a run killed) is left to it.
+        # The software's time back to serving counts from the moment it can heal: the strike, or for a fault of
+        # the world around it, the moment that was put back.
+        heal_from = fault_at
         if round_.fault in HEALED_FROM_OUTSIDE:
             if argv is None:
                 # While serving, the fault acts until a rank is seen dead, or for the fault's bound at most.
                 wait_until(lambda: bool(watch.dead_now), BOUNDS_S[round_.fault] / 4, every_s=1)
             heal(round_)
+            heal_from = time.time()
         # Within the fault's bound every deployment serves (no rank dead as the ranks were read after the
         # fault), or holds a clear state with every rank stopped.
         stopped = [round_.deployment] if round_.operation == "stop" and result == "passed" else []
@@ -649,7 +662,7 @@ def run_round(round_: Round, watch_url: str, key: str, workdir: Path) -> Outcome
             return not unclear_deployments(serving, supervisor_states(), read_ranks(), stopped)
 
         back = wait_until(settled, BOUNDS_S[round_.fault], every_s=3)
-        back_s = (time.time() - fault_at) if back is not None and all(serving.values()) else None
+        back_s = (time.time() - heal_from) if back is not None and all(serving.values()) else None
         if round_.fault not in HEALED_FROM_OUTSIDE:
             heal(round_)
     problems = [] if back is not None else unclear_deployments(serving, supervisor_states(), read_ranks(), stopped)
