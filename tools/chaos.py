@@ -25,6 +25,7 @@ test: one round takes minutes.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import random
@@ -72,6 +73,7 @@ MOMENTS: dict[str, list[tuple[str, str]]] = {
                    ("the readiness wait", r"^TASK \[engine : Wait until the deployment serves"),
                    ("the supervisor stage", r"^PLAY \[Supervise the deployment")],
     "upgrade": [("the staging", r"^PLAY \[The recipe's image"),
+                ("the weights' transfer", r"^PLAY \[Weights on every Spark"),
                 ("the last completion of the old release", r"^TASK \[engine : Ask the release being replaced"),
                 ("a rank's start", r"^TASK \[engine : Start in the background the container of rank"),
                 ("the readiness wait", r"^TASK \[engine : Wait until the deployment serves")],
@@ -464,16 +466,62 @@ def ansible(playbook: str, *args: str) -> list[str]:
     return [str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(INVENTORY), str(ROOT / playbook), *args]
 
 
-def changed_recipe(workdir: Path, deployment: str, number: int) -> list[str]:
+def lab_settings() -> dict[str, Any]:
+    """spark-1's variables as the lab's inventory gives them (its address, the gateway's port, the engine image,
+    the model's commit, the registry)."""
+    done = sh([str(Path(sys.executable).with_name("ansible-inventory")), "-i", str(INVENTORY), "--list"], check=True)
+    hostvars = json.loads(done.stdout)["_meta"]["hostvars"]
+    return dict(next(v for name, v in hostvars.items() if name == "spark-1" or name.endswith("@spark-1")))
+
+
+def new_model_revision(round_: Round, repo: str) -> str:
+    """A new commit of the lab's model on the hub double, of its own bytes: what an upgrade downloads and relays."""
+    revision = hashlib.sha1(f"{repo}@chaos-{round_.seed}-{round_.number}".encode()).hexdigest()
+    folder = STATE / "hub" / repo / revision
+    if not (folder / "config.json").exists():
+        sh([sys.executable, str(ROOT / "lab/engine/make_tiny_model.py"), str(folder), "--seed", str(round_.number)],
+           check=True)
+    return revision
+
+
+def new_engine_image(round_: Round, workdir: Path, settings: Mapping[str, Any]) -> str:
+    """The lab's engine image with one more layer (8 MiB of the round's own), pushed to the lab's registry: a new
+    digest, which an upgrade pulls once and relays over the fabric. The nodes' name for it."""
+    name, digest = str(settings["lab_engine_image"]).split("@")
+    local = str(settings["lab_registry"]["url"]).split("://", 1)[1] + "/" + name.split("/", 1)[1]
+    context = workdir / f"image-{round_.number}"
+    context.mkdir(exist_ok=True)
+    (context / "round.bin").write_bytes(random.Random(f"{round_.seed}:{round_.number}").randbytes(8 << 20))
+    (context / "Dockerfile").write_text(f"FROM {local}@{digest}\nCOPY round.bin /opt/sparkserve-chaos/round.bin\n",
+                                        encoding="utf-8")
+    tag = f"{local}:chaos-{round_.seed}-{round_.number}"
+    sh(["docker", "build", "-q", "-t", tag, str(context)], timeout=600, check=True)
+    pushed = sh(["docker", "push", tag], timeout=600, check=True)
+    found = re.search(r"digest: (sha256:[0-9a-f]{64})", pushed.stdout)
+    if not found:
+        raise RuntimeError(f"docker push {tag} printed no digest: {pushed.stdout[-300:]}")
+    return f"{name}@{found.group(1)}"
+
+
+def changed_recipe(workdir: Path, round_: Round, transfer: bool = False) -> list[str]:
     """The deployment's recipe with another max-model-len, as a copy named for the round, and the arguments that
-    make the run use it for that deployment alone."""
+    make the run use it for that deployment alone. With transfer (an upgrade), a new model commit and a new image
+    digest too, so that the run downloads, pulls and relays them: the moments the hub's and the registry's faults
+    strike in the middle of."""
     recipes = workdir / "recipes"
     if not recipes.exists():
         subprocess.run(["cp", "-r", str(ROOT / "recipes"), str(recipes)], check=True)
+    deployment = round_.deployment
     recipe = yaml.safe_load((ROOT / "recipes" / f"{deployment}.yml").read_text(encoding="utf-8"))
-    name = f"{deployment}-chaos{number}"
+    name = f"{deployment}-chaos{round_.number}"
     recipe["name"] = name
-    recipe.setdefault("engine_args", {})["max-model-len"] = 1024 + 128 * (number % 4 + 1)
+    recipe.setdefault("engine_args", {})["max-model-len"] = 1024 + 128 * (round_.number % 4 + 1)
+    if transfer:
+        settings = lab_settings()
+        recipe.pop("image_from", None)
+        recipe["image"] = new_engine_image(round_, workdir, settings)
+        recipe["model"].pop("revision_from", None)
+        recipe["model"]["revision"] = new_model_revision(round_, recipe["model"]["repo"])
     (recipes / f"{name}.yml").write_text(yaml.safe_dump(recipe, sort_keys=False), encoding="utf-8")
     return ["--limit", f"deployment_{deployment.replace('-', '_')}:localhost", "-e", f"sparkserve_recipe={name}",
             "-e", f"recipe_dir={recipes}", "-e", f"sparkserve_deployment={deployment}"]
@@ -484,9 +532,9 @@ def operation_argv(round_: Round, workdir: Path) -> list[str] | None:
     if round_.operation == "serving":
         return None
     if round_.operation == "up-changed":
-        return ansible("site.yml", *changed_recipe(workdir, round_.deployment, round_.number))
+        return ansible("site.yml", *changed_recipe(workdir, round_))
     if round_.operation == "upgrade":
-        return ansible("playbooks/upgrade.yml", *changed_recipe(workdir, round_.deployment, round_.number))
+        return ansible("playbooks/upgrade.yml", *changed_recipe(workdir, round_, transfer=True))
     if round_.operation == "rollback":
         return ansible("playbooks/rollback.yml", *limit)
     return ansible("playbooks/stop.yml", *limit)
@@ -700,9 +748,7 @@ def lab_up() -> None:
 
 def gateway_url() -> str:
     """The gateway on spark-1 (the lab's first node), as the inventory places it."""
-    done = sh([str(Path(sys.executable).with_name("ansible-inventory")), "-i", str(INVENTORY), "--list"], check=True)
-    hostvars = json.loads(done.stdout)["_meta"]["hostvars"]
-    spark1 = next(v for name, v in hostvars.items() if name == "spark-1" or name.endswith("@spark-1"))
+    spark1 = lab_settings()
     return f"http://{spark1.get('ansible_host', 'spark-1')}:{spark1.get('gateway_port', 4000)}"
 
 
