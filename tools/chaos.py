@@ -4,18 +4,18 @@
     tools/chaos.py --rounds N --seed S [--round K] [--report FILE]      (make chaos ROUNDS=N SEED=S)
 
 Brings up (or keeps) the lab with the gateway and two deployments (lab-tp2 over both nodes, lab-tp1 on
-spark-1), serving. Each round draws from the seed an operation (nothing while serving, site.yml with a
-changed recipe, an upgrade, a rollback, a stop), a fault (a rank killed or stopped with SIGSTOP, a node's
-container killed, a node's dockerd restarted, a node's memory under the guard's floor, a changed GID
-index, a fabric twin down, the hub or the registry stopped, the controller's run killed with SIGKILL, a
-node's models disk filled to its last byte) and
-the moment to strike: a line of the operation's own output (a play or task starting), never a sleep;
-while serving, the first completion answered through the gateway. Then it heals what the fault broke
-outside the software (starts the node again, brings the link up, ...), and checks, within the fault's
-bound, that every deployment serves or holds a clear state with every rank stopped, and that the gateway
-never answered from a dead rank; a site.yml must then converge and a second change nothing; after it no
-lock is held by a run that is gone, no deployment runs ranks of two fingerprints, every repository on
-disk verifies, and no token or key is in any log, journal, artifact or output.
+spark-1), serving. Each round draws from the seed an operation (nothing while serving, site.yml with a changed
+recipe, an upgrade to a new model commit and image digest, a rollback, a stop), a fault (a rank killed or
+stopped with SIGSTOP, a node's container killed, a node's dockerd restarted, a node's memory under the guard's
+floor, a changed GID index, a fabric twin down, the hub or the registry stopped, the controller's run killed
+with SIGKILL, a node's models disk filled to its last byte) and the moment to strike: a line of the
+operation's own output (a play or task starting), never a sleep; while serving, the first completion answered
+through the gateway. Then it heals what the fault broke outside the software (starts the node again, brings
+the link up, ...), and checks, within the fault's bound, that every deployment serves or holds a clear state
+with every rank stopped, and that the gateway never answered from a dead rank; a site.yml must then converge
+and a second change nothing; after it no lock is held by a run that is gone, no deployment runs ranks of two
+fingerprints, every repository on disk verifies, and no token or key is in any log, journal, artifact or
+output.
 
 One line per round (seed, operation, fault, moment, outcome, time back to serving) and a summary; a
 failing round prints the command that replays it alone (--round K with the same seed). Not part of make
