@@ -77,9 +77,12 @@ def size_text(count: float) -> str:
 
 
 def room_problem(folder: str, needed: int, what: str) -> Optional[str]:
-    """Why ``needed`` more bytes of ``what`` do not fit on the file system of folder (which must exist); None when
-    they fit. Free space is what an unprivileged writer may use (``f_bavail``), as the engine container is one."""
-    stats = os.statvfs(folder)
+    """Why ``needed`` more bytes of ``what`` do not fit on the file system of folder (or of the nearest folder above
+    it that exists); None when they fit. Free space is what an unprivileged writer may use (``f_bavail``)."""
+    existing = os.path.abspath(folder)
+    while not os.path.isdir(existing) and os.path.dirname(existing) != existing:
+        existing = os.path.dirname(existing)
+    stats = os.statvfs(existing)
     free = stats.f_bavail * stats.f_frsize
     if needed <= free:
         return None

@@ -305,15 +305,16 @@ def up_to_date(options: Options, files: list[RepoFile], stale: dict[str, str]) -
 def sync(options: Options) -> tuple[list[RepoFile], bool]:
     """Bring dest to the revision and write the manifest; (files, whether anything was done)."""
     files = fetch_files(HfApi(endpoint=options.endpoint), options)
-    options.dest.mkdir(parents=True, exist_ok=True)
-    write_expected(options.dest, files)
     stale = problems(options.dest, files)
     if up_to_date(options, files, stale):
         return files, False
+    # Before anything is written there (the folder too): a full disk is named as such, not as a failed write.
     no_room = room_problem(str(options.dest), bytes_to_write(options.dest, files, stale),
                            "%d file(s) of %s at revision %s" % (len(stale), options.repo, options.revision))
     if no_room:
         raise DownloadError(EXIT_FAILED, no_room)
+    options.dest.mkdir(parents=True, exist_ok=True)
+    write_expected(options.dest, files)
     log("fetching %s at revision %s into %s (%d of %d files missing or wrong)"
         % (options.repo, options.revision, options.dest, len(stale), len(files)))
     download(options, files, stale)
