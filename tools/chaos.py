@@ -656,6 +656,13 @@ class Outcome:
     back_s: float | None
     problems: list[str]
     seconds: float
+    why: str = ""  # why a failed operation stopped, as its run said (its stop_reason line)
+
+
+def stop_reason(lines: Sequence[str], width: int = 300) -> str:
+    """Why a failed run stopped, from the line the stop_reason callback prints after the recap."""
+    said = [text.strip() for text in lines if text.startswith("The run stopped on ")]
+    return said[-1][:width] if said else "the run printed no reason"
 
 
 def run_round(round_: Round, watch_url: str, key: str, workdir: Path) -> Outcome:
@@ -668,7 +675,7 @@ def run_round(round_: Round, watch_url: str, key: str, workdir: Path) -> Outcome
             watch.first_answer.wait(60)
             struck = strike(round_, None)
             fault_at = time.time()
-            result = "serving"
+            result, why = "serving", ""
         else:
             run = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                    start_new_session=True, cwd=ROOT, env=ENV)
@@ -687,6 +694,7 @@ def run_round(round_: Round, watch_url: str, key: str, workdir: Path) -> Outcome
                 fault_at = time.time()
             outputs.append((f"round {round_.number}: {round_.operation}", "".join(lines)))
             result = "passed" if code == 0 else f"failed (exit {code})"
+            why = stop_reason(lines) if code != 0 else ""
         # What only a person can put back (a node, a link, the hub) is put back now; what the software must heal
         # itself (a rank, a dockerd, a run killed) is left to it.
         # The software's time back to serving counts from the moment it can heal: the strike, or for a fault of
@@ -720,7 +728,7 @@ def run_round(round_: Round, watch_url: str, key: str, workdir: Path) -> Outcome
     problems += mixed_fingerprints(read_ranks())
     problems += unverified_repositories(verify_repositories())
     problems += leaked_secrets(texts_to_search(since, outputs), secrets())
-    return Outcome(round_, struck, result, back_s, problems, time.monotonic() - started)
+    return Outcome(round_, struck, result, back_s, problems, time.monotonic() - started, why)
 
 
 def judge_lock(run: Any) -> tuple[str, str]:
@@ -833,7 +841,8 @@ def main(argv: list[str] | None = None) -> int:
         for round_ in rounds:
             outcome = run_round(round_, url, key, Path(workdir))
             outcomes.append(outcome)
-            for text in [line(outcome)] + [f"       {p}" for p in outcome.problems] + (
+            for text in [line(outcome)] + ([f"       why: {outcome.why}"] if outcome.why else []) + [
+                    f"       {p}" for p in outcome.problems] + (
                     [f"       replay: {round_.replay()}"] if outcome.problems else []):
                 print(text, flush=True)
                 report.write(text + "\n")

@@ -131,3 +131,11 @@ def test_plan_prints_the_rounds_and_touches_nothing(capsys: Any, tmp_path: Path)
     assert len(lines) == 3 and lines[0].split()[0] == "1"
     assert chaos.main(["--seed", "11", "--round", "2", "--plan"]) == 0
     assert capsys.readouterr().out.splitlines() == [lines[1]]
+
+
+def test_a_failed_round_says_why_its_run_stopped() -> None:
+    lines = ["PLAY RECAP ****\n", "The run stopped on spark-1, a first reason\n",
+             "The run stopped on spark-2, the registry at sparkserve-lab-registry:5000 did not answer\n"]
+    assert chaos.stop_reason(lines) == "The run stopped on spark-2, the registry at sparkserve-lab-registry:5000 " \
+                                       "did not answer"
+    assert chaos.stop_reason(["fatal: no recap\n"]) == "the run printed no reason"
