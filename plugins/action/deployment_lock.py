@@ -2,9 +2,10 @@
 
 The module (plugins/modules/deployment_lock.py) runs on the remote host as usual. This plugin, on the
 controller, gives it this run's identity (plugins/plugin_utils/controller_run.py) as ``run``. When the
-module refuses because another run of this same controller holds the lock, the plugin checks that run:
-when it is gone (the controller booted since, or its pid runs no more or names another process now), the
-plugin calls the module again with ``take_over`` set to that lock's token, and warns.
+module refuses because another run of this same controller holds the lock (state=present), or leaves such a
+run's lock in place (state=vacant), the plugin checks that run: when it is gone (the controller booted since,
+or its pid runs no more or names another process now), the plugin calls the module again with ``take_over``
+set to that lock's token, which takes the lock over (present) or frees it (vacant), and warns.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ def take_lock(call: CallModule, task_args: Dict[str, Any], here: Dict[str, Any],
     """
     args = with_run(task_args, here)
     result = call(args)
+    if args.get("state") == "vacant":
+        return vacate_gone(call, args, result, here, proc_root, exists)
     holder = result.get("holder")
     if (not result.get("failed") or args.get("state", "present") != "present" or args.get("take_over")
             or not isinstance(holder, dict) or not holder.get("token")):
@@ -57,6 +60,26 @@ def take_lock(call: CallModule, task_args: Dict[str, Any], here: Dict[str, Any],
         warnings = list(again.get("warnings") or [])
         warnings.append(f"took over the lock of deployment {args.get('name')} from {holder.get('owner')}: "
                         f"that run is gone ({why})")
+        again["warnings"] = warnings
+    return again
+
+
+def vacate_gone(call: CallModule, args: Dict[str, Any], result: Dict[str, Any], here: Dict[str, Any],
+                proc_root: str = controller_run.PROC, exists: Callable[[int], bool] | None = None) -> Dict[str, Any]:
+    """After the module left a lock as it is (state=vacant): free it when it is held by a run of this controller
+    that is gone, and warn."""
+    holder = result.get("holder")
+    if (result.get("failed") or result.get("changed") or args.get("take_over")
+            or not isinstance(holder, dict) or not holder.get("token")):
+        return result
+    state, why = controller_run.judge_run(holder.get("run"), here, proc_root, exists)
+    if state != "gone":
+        return result
+    again = call(dict(args, take_over=holder["token"]))
+    if again.get("changed") and not again.get("failed"):
+        warnings = list(again.get("warnings") or [])
+        warnings.append(f"took over the lock of deployment {args.get('name')} from {holder.get('owner')}: "
+                        f"that run is gone ({why}); gave it back")
         again["warnings"] = warnings
     return again
 

@@ -31,6 +31,12 @@ description:
     lease of 1800 seconds.
   - O(state=absent) removes the lock only when this run holds it, and fails naming the holder
     otherwise. A missing lock changes nothing.
+  - O(state=vacant) frees the lock of a run that is gone and leaves any other as it is, failing for none. A
+    lock whose lease has run out is removed, with a warning; the action plugin judges a lock held by
+    another run of this same controller and, when that run is gone, calls the module again with
+    O(take_over) set to its token, which removes it. Every run does this on each deployment's head before
+    it reads what runs, so a run killed while it held the lock (SIGKILL, a lost controller) does not keep
+    the deployment's supervisor paused until the lease runs out.
   - This run is matched by O(run) (C(controller), C(boot_id), C(pid) and C(pid_start) all equal) or,
     when neither this call nor the lock has a run, by O(owner).
   - Runs of this module on one node are serialised by C(flock) on C(LOCK_DIR/.NAME.lock.guard), so a
@@ -48,9 +54,10 @@ options:
     type: str
     required: true
   state:
-    description: C(present) takes (or renews) the lock, C(absent) gives it back.
+    description: C(present) takes (or renews) the lock, C(absent) gives it back, C(vacant) frees the lock of a
+      run that is gone.
     type: str
-    choices: [present, absent]
+    choices: [present, absent, vacant]
     default: present
   run:
     description:
@@ -98,9 +105,10 @@ options:
     default: 1800
   take_over:
     description:
-      - The C(token) of a lock whose run is known to be gone; that lock is replaced whatever its lease.
-        When the lock holds another token (it changed meanwhile), the module fails.
-      - The action plugin sets it; only with O(state=present).
+      - The C(token) of a lock whose run is known to be gone; that lock is replaced (O(state=present)) or
+        removed (O(state=vacant)) whatever its lease. With O(state=present), when the lock holds another
+        token (it changed meanwhile), the module fails; with O(state=vacant) it leaves that lock as it is.
+      - The action plugin sets it; not with O(state=absent).
     type: str
 notes:
   - C(stale_after_s) of earlier versions is gone; O(lease_s) replaces it.
@@ -123,6 +131,11 @@ EXAMPLES = r"""
   sparkserve.deploy.deployment_lock:
     name: glm53-tp2
     state: absent
+
+- name: Free the launch lock of a run that is gone (a killed run's), leaving a live run's
+  sparkserve.deploy.deployment_lock:
+    name: glm53-tp2
+    state: vacant
 """
 
 RETURN = r"""
@@ -153,9 +166,10 @@ holder:
       label: controller-host pid 1234 at 2026-11-29T23:00:00Z
 taken_over:
   description:
-    - The holder whose lock this run took over (its lease ran out, or O(take_over) named it).
+    - The holder whose lock this run took over (its lease ran out, or O(take_over) named it); with
+      O(state=vacant), the holder whose lock it freed.
     - Null when none was.
-  returned: when state is present
+  returned: when state is present or vacant
   type: dict
 """
 
@@ -192,7 +206,7 @@ RUN_SPEC: dict[str, Any] = {
 }
 ARGUMENT_SPEC: dict[str, Any] = {
     "name": {"type": "str", "required": True},
-    "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
+    "state": {"type": "str", "choices": ["present", "absent", "vacant"], "default": "present"},
     "run": {"type": "dict", "options": RUN_SPEC},
     "owner": {"type": "str"},
     "lock_dir": {"type": "path", "default": "/run/sparkserve/locks"},
@@ -351,6 +365,30 @@ def release(lock_dir: str, name: str, owner: str, run: Run | None = None, check_
         return Outcome(path, True, before, None)
 
 
+def vacate(lock_dir: str, name: str, take_over: str | None = None, check_mode: bool = False,
+           clock: Callable[[], float] = time.time) -> Outcome:
+    """Free the lock of a run that is gone: the one whose token take_over names (its run found gone), or one whose
+    lease has run out. A lock held by a live run, or none, is left as it is."""
+    path = lock_path(lock_dir, name)
+    if not os.path.isdir(lock_dir):
+        return Outcome(path, False, None, None)
+    with guard(lock_dir, name, check_mode):
+        before = read_holder(path)
+        if before is None:
+            return Outcome(path, False, None, None)
+        now = clock()
+        warnings: list[str] = []
+        if take_over is None or before["token"] != take_over:
+            if now < before["expires"]:
+                return Outcome(path, False, before, before)
+            warnings.append(
+                f"gave back the lock of deployment {name} held by {before['owner']}: its lease ran out at "
+                f"{when(before['expires'])} ({age_text(now - before['expires'])} ago)")
+        if not check_mode:
+            lock.remove_holder(path)
+        return Outcome(path, True, before, None, warnings, before)
+
+
 def describe(holder: Holder | None) -> str:
     """The lock's holder for a diff; a renewal leaves it as it was."""
     if holder is None:
@@ -367,11 +405,13 @@ def run_lock(params: dict[str, Any], check_mode: bool = False,
     if not owner:
         return {"failed": True, "changed": False, "msg": "give run or owner: who takes or gives back the lock"}
     if state == "absent" and params.get("take_over") is not None:
-        return {"failed": True, "changed": False, "msg": "take_over goes with state=present only"}
+        return {"failed": True, "changed": False, "msg": "take_over goes with state=present or vacant"}
     try:
         if state == "present":
             outcome = acquire(params["lock_dir"], params["name"], owner, params["lease_s"], run,
                               params.get("take_over"), check_mode, clock)
+        elif state == "vacant":
+            outcome = vacate(params["lock_dir"], params["name"], params.get("take_over"), check_mode, clock)
         else:
             outcome = release(params["lock_dir"], params["name"], owner, run, check_mode, clock)
     except LockError as err:
@@ -387,7 +427,7 @@ def run_lock(params: dict[str, Any], check_mode: bool = False,
         "diff": {"before_header": outcome.path, "after_header": outcome.path,
                  "before": describe(outcome.before), "after": describe(outcome.after)},
     }
-    if state == "present":
+    if state in ("present", "vacant"):
         result["taken_over"] = outcome.taken_over
     return result
 

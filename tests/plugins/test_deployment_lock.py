@@ -397,7 +397,7 @@ def test_main_needs_run_or_owner_and_take_over_only_with_present(tmp_path: Path,
     assert refused["failed"] is True and "run, owner" in refused["msg"]
     refused = run_main({"name": "lab", "lock_dir": str(tmp_path), "owner": ALICE, "state": "absent",
                         "take_over": "00"}, capsys)
-    assert refused["failed"] is True and refused["msg"] == "take_over goes with state=present only"
+    assert refused["failed"] is True and refused["msg"] == "take_over goes with state=present or vacant"
 
 
 # This run's identity and whether another run is gone.
@@ -579,3 +579,51 @@ def test_the_action_in_check_mode_changes_nothing(tmp_path: Path, proc: FakeProc
                                 here, proc.path)
     assert released["changed"] is True and released["holder"] is None
     assert (tmp_path / "lab.lock").read_text(encoding="utf-8") == text
+
+
+# state=vacant: every run frees the lock of a run that is gone, and leaves any other.
+
+def test_vacant_frees_a_gone_runs_lock_and_leaves_a_live_one_and_another_controllers(tmp_path: Path,
+                                                                                    proc: FakeProc) -> None:
+    here, clock, calls = identity(proc, tmp_path), Clock(), []
+    args = {"name": "lab", "lock_dir": str(tmp_path), "state": "vacant"}
+    assert action.take_lock(module_call(clock), args, here, proc.path)["changed"] is False  # no lock: nothing
+
+    live = earlier(here)
+    proc.add(900, 500, 5000)
+    held = lock_of(live, tmp_path, clock)
+    kept = action.take_lock(module_call(clock, calls=calls), args, here, proc.path)
+    assert kept["changed"] is False and not kept.get("failed") and kept["holder"] == held and len(calls) == 1
+    other = dict(identity(proc, tmp_path, hostname="controller-b"), pid=900, pid_start=5000, label="b pid 900")
+    (tmp_path / "lab.lock").unlink()
+    held = lock_of(other, tmp_path, clock)
+    assert action.take_lock(module_call(clock), args, here, proc.path)["holder"] == held  # cannot be judged here
+
+    proc.remove(900)  # the run of this controller that held the lock was killed
+    (tmp_path / "lab.lock").unlink()
+    held = lock_of(live, tmp_path, clock)
+    calls.clear()
+    freed = action.take_lock(module_call(clock, calls=calls), args, here, proc.path)
+    assert freed["changed"] is True and freed["holder"] is None and freed["taken_over"] == held
+    assert freed["warnings"] == [f"took over the lock of deployment lab from {live['label']}: that run is gone "
+                                 f"(pid 900 no longer runs on controller-a); gave it back"]
+    assert [call.get("take_over") for call in calls] == [None, held["token"]]
+    assert not (tmp_path / "lab.lock").exists()
+    again = action.take_lock(module_call(clock), args, here, proc.path)
+    assert again["changed"] is False and again["holder"] is None
+
+
+def test_vacant_frees_a_lock_whose_lease_ran_out_and_in_check_mode_nothing(tmp_path: Path, proc: FakeProc) -> None:
+    here, clock = identity(proc, tmp_path), Clock()
+    other = dict(identity(proc, tmp_path, hostname="controller-b"), pid=900, pid_start=5000, label="b pid 900")
+    held = lock_of(other, tmp_path, clock)
+    args = {"name": "lab", "lock_dir": str(tmp_path), "state": "vacant"}
+    clock.now += 1800
+    text = (tmp_path / "lab.lock").read_text(encoding="utf-8")
+    would = action.take_lock(module_call(clock, check_mode=True), args, here, proc.path)
+    assert would["changed"] is True and would["holder"] is None
+    assert (tmp_path / "lab.lock").read_text(encoding="utf-8") == text
+    freed = action.take_lock(module_call(clock), args, here, proc.path)
+    assert freed["changed"] is True and freed["taken_over"] == held and not (tmp_path / "lab.lock").exists()
+    assert freed["warnings"] == [f"gave back the lock of deployment lab held by b pid 900: its lease ran out at "
+                                 f"{dl.when(T0 + 1800)} (0 s ago)"]
