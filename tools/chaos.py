@@ -660,9 +660,13 @@ class Outcome:
 
 
 def stop_reason(lines: Sequence[str], width: int = 300) -> str:
-    """Why a failed run stopped, from the line the stop_reason callback prints after the recap."""
-    said = [text.strip() for text in lines if text.startswith("The run stopped on ")]
-    return said[-1][:width] if said else "the run printed no reason"
+    """Why a failed run stopped, from what the stop_reason callback prints after the recap: its line ("The run
+    stopped on HOST, at TASK:") and the message on the line after it, as one line."""
+    starts = [number for number, text in enumerate(lines) if text.startswith("The run stopped on ")]
+    if not starts:
+        return "the run printed no reason"
+    said = " ".join(text.strip() for text in lines[starts[-1]:starts[-1] + 2] if text.strip())
+    return said[:width]
 
 
 def run_round(round_: Round, watch_url: str, key: str, workdir: Path) -> Outcome:

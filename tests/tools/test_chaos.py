@@ -135,7 +135,8 @@ def test_plan_prints_the_rounds_and_touches_nothing(capsys: Any, tmp_path: Path)
 
 def test_a_failed_round_says_why_its_run_stopped() -> None:
     lines = ["PLAY RECAP ****\n", "The run stopped on spark-1, a first reason\n",
-             "The run stopped on spark-2, the registry at sparkserve-lab-registry:5000 did not answer\n"]
-    assert chaos.stop_reason(lines) == "The run stopped on spark-2, the registry at sparkserve-lab-registry:5000 " \
-                                       "did not answer"
+             'The run stopped on spark-2, at "image : Pull the image":\n',
+             "  the registry at sparkserve-lab-registry:5000 did not answer\n"]
+    assert chaos.stop_reason(lines) == 'The run stopped on spark-2, at "image : Pull the image": the registry at ' \
+                                       "sparkserve-lab-registry:5000 did not answer"
     assert chaos.stop_reason(["fatal: no recap\n"]) == "the run printed no reason"
