@@ -344,14 +344,22 @@ def acquire(lock_dir: str, name: str, owner: str, lease_s: int, run: Run | None 
         return Outcome(path, True, before, mine, warnings, before)
 
 
+@contextlib.contextmanager
+def current_holder(lock_dir: str, name: str, check_mode: bool) -> Iterator[tuple[str, Holder | None]]:
+    """The lock file and its holder, read under the guard, which is held until the block ends; no holder (and no
+    guard) when the lock folder does not exist, as nothing holds a lock there."""
+    path = lock_path(lock_dir, name)
+    if not os.path.isdir(lock_dir):
+        yield path, None
+        return
+    with guard(lock_dir, name, check_mode):
+        yield path, read_holder(path)
+
+
 def release(lock_dir: str, name: str, owner: str, run: Run | None = None, check_mode: bool = False,
             clock: Callable[[], float] = time.time) -> Outcome:
     """Give the lock back; raise LockError when another run holds it."""
-    path = lock_path(lock_dir, name)
-    if not os.path.isdir(lock_dir):
-        return Outcome(path, False, None, None)
-    with guard(lock_dir, name, check_mode):
-        before = read_holder(path)
+    with current_holder(lock_dir, name, check_mode) as (path, before):
         if before is None:
             return Outcome(path, False, None, None)
         if not is_mine(before, owner, run):
@@ -369,11 +377,7 @@ def vacate(lock_dir: str, name: str, take_over: str | None = None, check_mode: b
            clock: Callable[[], float] = time.time) -> Outcome:
     """Free the lock of a run that is gone: the one whose token take_over names (its run found gone), or one whose
     lease has run out. A lock held by a live run, or none, is left as it is."""
-    path = lock_path(lock_dir, name)
-    if not os.path.isdir(lock_dir):
-        return Outcome(path, False, None, None)
-    with guard(lock_dir, name, check_mode):
-        before = read_holder(path)
+    with current_holder(lock_dir, name, check_mode) as (path, before):
         if before is None:
             return Outcome(path, False, None, None)
         now = clock()
