@@ -56,9 +56,16 @@ options:
         type: str
         required: true
       patch:
-        description: The unified diff of this one file (its text, not a file name).
+        description:
+          - The unified diff of this one file (its text, not a file name).
+          - Exactly one of O(files[].patch) and O(files[].patch_file).
         type: str
-        required: true
+      patch_file:
+        description:
+          - The unified diff of this one file as a file on the node, e.g. in its verified copy of the overlays
+            repository; read on the node, so it never travels to the controller.
+          - Exactly one of O(files[].patch) and O(files[].patch_file).
+        type: path
       result_sha256:
         description: sha256 of the file once patched.
         type: str
@@ -413,6 +420,21 @@ def recorded(marker: str) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def with_patch_texts(files: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The files, each with the text of its patch: read from its patch_file where it names one."""
+    texts = []
+    for entry in files:
+        found = dict(entry)
+        if found.get("patch_file"):
+            try:
+                with open(found["patch_file"], encoding="utf-8") as handle:
+                    found["patch"] = handle.read()
+            except (OSError, UnicodeDecodeError) as err:
+                raise OverlayError([f"{found['path']}: cannot read its patch {found['patch_file']}: {err}"]) from err
+        texts.append(found)
+    return texts
+
+
 def converge(image: str, dest: str, files: Sequence[Mapping[str, Any]], docker: str = "docker",
              check_mode: bool = False, runner: Runner = run, want_diff: bool = False) -> Outcome:
     """Bring dest to hold exactly the set's results; raise OverlayError (having written nothing) on any problem."""
@@ -504,9 +526,12 @@ def main() -> None:
                 "options": {
                     "path": {"type": "str", "required": True},
                     "original_sha256": {"type": "str", "required": True},
-                    "patch": {"type": "str", "required": True},
+                    "patch": {"type": "str"},
+                    "patch_file": {"type": "path"},
                     "result_sha256": {"type": "str", "required": True},
                 },
+                "mutually_exclusive": [["patch", "patch_file"]],
+                "required_one_of": [["patch", "patch_file"]],
             },
             "docker": {"type": "str", "default": "docker"},
         },
@@ -514,7 +539,8 @@ def main() -> None:
     )
     p = module.params
     try:
-        outcome = converge(p["image"], p["dest"], p["files"], p["docker"], module.check_mode, run, module._diff)
+        files = with_patch_texts(p["files"])
+        outcome = converge(p["image"], p["dest"], files, p["docker"], module.check_mode, run, module._diff)
     except OverlayError as err:
         module.fail_json(msg=err.msg, errors=err.errors, changed=False)
     except OSError as err:

@@ -35,12 +35,37 @@ def test_every_entry_playbook_starts_with_the_context_play() -> None:
         "playbooks/preflight.yml", "playbooks/access.yml", "playbooks/deploy.yml", "playbooks/stop.yml"]
 
 
+def role_calls(play: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each role a play runs: its roles: entries and its import_role and include_role tasks, as dicts."""
+    calls = [{"name": role} if isinstance(role, str) else {"name": role.get("role"), **role}
+             for role in play.get("roles") or []]
+    for task in play.get("tasks") or []:
+        call = task.get("ansible.builtin.import_role") or task.get("ansible.builtin.include_role")
+        if call:
+            calls.append(call)
+    return calls
+
+
 def test_no_play_but_the_context_play_runs_the_recipe_role() -> None:
     for path in [ROOT / "site.yml", *sorted(PLAYBOOKS.glob("*.yml"))]:
         for play in plays(path):
-            roles = [role if isinstance(role, str) else role.get("role") for role in play.get("roles") or []]
-            if "recipe" in roles:
+            if "recipe" in [call["name"] for call in role_calls(play)]:
                 assert path.name == "context.yml", f"{path.name}: play {play.get('name')!r} runs the recipe role"
+
+
+def test_the_pipeline_checks_the_settings_once_not_at_each_role() -> None:
+    # The context play checks every setting against every role's argument spec before any host changes
+    # (settings_check); each role site.yml's playbooks run after it is entered without that check again, which
+    # would be one more task per role and host in every run.
+    checked = []
+    for name in ("context.yml", "preflight.yml", "access.yml", "deploy.yml", "qualify_run.yml", "stop.yml"):
+        for play in plays(PLAYBOOKS / name):
+            assert not play.get("roles"), f"{name}: play {play.get('name')!r} lists roles, which check their spec"
+            for call in role_calls(play):
+                assert call.get("rolespec_validate") is False, f"{name}: {call['name']} checks its spec again"
+                checked.append(call["name"])
+    assert {"recipe", "preflight", "node_access", "fabric", "image", "weights", "release", "engine", "supervisor",
+            "gateway", "monitoring"} <= set(checked)
 
 
 def test_the_deploy_pipeline_runs_its_stages_in_order() -> None:
@@ -120,7 +145,10 @@ BENCH_PLAY = "Measure every link between the Sparks, then NCCL across them, unde
 def test_the_link_bench_play_runs_only_when_asked_then_the_nccl_probe_once() -> None:
     deploy = {play.get("name"): play for play in plays(PLAYBOOKS / "deploy.yml")}
     bench, nccl = deploy[BENCH_PLAY], deploy["NCCL across the Sparks, in the engine image, when asked"]
-    assert bench["tags"] == ["fabric-bench", "never"] and bench["hosts"] == nccl["hosts"]
+    # The bench on every node when asked by its tag; the probe's play has no host unless a recipe or its tag asks.
+    every_node = "'nodes' if 'nodes' in groups else 'sparks'"
+    assert bench["tags"] == ["fabric-bench", "never"] and bench["hosts"] == "{{ " + every_node + " }}"
+    assert f"({every_node})" in nccl["hosts"] and "'nccl_probe' in ansible_run_tags" in nccl["hosts"]
     assert bench["any_errors_fatal"] is True
     steps = [task["ansible.builtin.include_role"] for task in bench["tasks"]]
     assert [(step["name"], step["tasks_from"], step["apply"]["tags"]) for step in steps] == [

@@ -386,6 +386,34 @@ def test_main_fails_naming_the_file_and_hashes(tmp_path: Path, monkeypatch: pyte
     assert not (tmp_path / "lab").exists()
 
 
+def test_main_reads_a_patch_file_on_the_node_as_the_same_patch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(io_mod, "run", FakeDocker(originals()))
+    by_text = run_main({"image": IMAGE, "dest": str(tmp_path / "text"), "files": recipe_files()}, capsys)
+    patch = tmp_path / "repo" / "model.diff"
+    patch.parent.mkdir()
+    patch.write_text(make_patch(MODEL, MODEL_PATCHED, "vllm/model.py"), encoding="utf-8")
+    files = recipe_files()
+    files[0] = {key: value for key, value in files[0].items() if key != "patch"} | {"patch_file": str(patch)}
+    by_file = run_main({"image": IMAGE, "dest": str(tmp_path / "file"), "files": files}, capsys)
+    assert by_file["changed"] is True
+    assert tree(tmp_path / "file") == tree(tmp_path / "text") and by_text["changed"] is True
+
+
+def test_main_fails_naming_a_patch_file_it_cannot_read_and_one_given_twice(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(io_mod, "run", FakeDocker(originals()))
+    missing = str(tmp_path / "repo" / "model.diff")
+    files = recipe_files()
+    files[0] = {key: value for key, value in files[0].items() if key != "patch"} | {"patch_file": missing}
+    out = run_main({"image": IMAGE, "dest": str(tmp_path / "lab"), "files": files}, capsys)
+    assert out["failed"] is True and f"{MODEL_PY}: cannot read its patch {missing}" in out["msg"]
+    assert not (tmp_path / "lab").exists()
+    both = recipe_files(patch_file=missing)
+    out = run_main({"image": IMAGE, "dest": str(tmp_path / "lab"), "files": both}, capsys)
+    assert out["failed"] is True and "mutually exclusive: patch|patch_file" in out["msg"]
+
+
 def test_main_fails_when_the_image_cannot_be_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     docker = FakeDocker(originals(), create_rc=1)

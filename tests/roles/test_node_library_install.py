@@ -250,20 +250,40 @@ def tasks(path: str) -> list[dict[str, object]]:
     return loaded
 
 
+LIBRARY_GUARD = "sparkserve_node_library_installed is not defined"
+
+
+def _installs_library(task: dict[str, object]) -> bool:
+    """A task that runs the sparkserve role's node_library tasks (its settings checked once, at the run's start)."""
+    step = task.get("ansible.builtin.include_role") or task.get("ansible.builtin.import_role")
+    return (isinstance(step, dict) and step.get("name") == "sparkserve" and step.get("tasks_from") == "node_library"
+            and step.get("rolespec_validate") is False and task.get("when") == LIBRARY_GUARD)
+
+
 @pytest.mark.parametrize("role", sorted(INSTALL_TASKS))
-def test_each_role_imports_the_library_install_before_its_program_and_not_the_library_itself(role: str) -> None:
+def test_each_role_installs_its_program_without_the_library_itself(role: str) -> None:
     steps = tasks(INSTALL_TASKS[role])
-    # Included once per node and run: an earlier role of the run that installed it is enough.
-    # Its settings are checked once at the run's start (settings_check), not at each include.
-    imports = [i for i, task in enumerate(steps) if task.get("ansible.builtin.include_role") == {
-        "name": "sparkserve", "tasks_from": "node_library", "rolespec_validate": False, "apply": {"tags": ["always"]}}
-        and task.get("when") == "sparkserve_node_library_installed is not defined"]
     installs = [i for i, task in enumerate(steps) if "sparkserve.deploy.node_files" in task]
-    assert len(imports) == 1 and len(installs) == 1 and imports[0] < installs[0]
+    assert len(installs) == 1
     files = steps[installs[0]]["sparkserve.deploy.node_files"]["files"]  # type: ignore[index]
     assert not [f for f in files if "node_library" in str(f) or "sparkserve_textfile" in str(f)]
     program = (ROOT / f"roles/{role}/vars/main.yml").read_text(encoding="utf-8")
     assert f'"{{{{ sparkserve_programs_dir }}}}/{Path(PROGRAMS[role]).name}"' in program
+
+
+def test_the_library_is_installed_once_before_the_flusher_and_the_guard_and_by_the_supervisor() -> None:
+    # The engine's prepare, which every launch runs first, installs it before the flusher and the guard (whose
+    # roles do not, to keep a run that changes nothing short); the supervisor, also run alone, includes it.
+    prepare = tasks("roles/engine/tasks/prepare.yml")
+    library = [i for i, task in enumerate(prepare) if _installs_library(task)]
+    roles = [str((task.get("ansible.builtin.import_role") or {}).get("name")) for task in prepare]  # type: ignore[union-attr]
+    assert len(library) == 1 and library[0] < roles.index("flusher") < roles.index("memguard")
+    for role in ("flusher", "memguard"):
+        assert not [task for task in tasks(INSTALL_TASKS[role]) if _installs_library(task)]
+    supervisor = tasks(INSTALL_TASKS["supervisor"])
+    includes = [i for i, task in enumerate(supervisor) if _installs_library(task)]
+    installs = [i for i, task in enumerate(supervisor) if "sparkserve.deploy.node_files" in task]
+    assert len(includes) == 1 and includes[0] < installs[0]
 
 
 @pytest.mark.parametrize("role", sorted(PROGRAMS))
