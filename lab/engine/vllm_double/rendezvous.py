@@ -122,6 +122,8 @@ class HeadRendezvous:
         self.on_all_joined = on_all_joined
         self._all_joined_lock = threading.Lock()
         self._all_joined_done = False
+        # The worker ranks whose join is logged (_announce).
+        self._announced: set[int] = set()
         # The collective: each worker's channel, the last step sent and the last step each worker answered.
         self._steps = threading.Condition()
         self._channels: dict[int, Channel] = {}
@@ -164,17 +166,20 @@ class HeadRendezvous:
         except OSError as exc:
             self.state.rank_lost(rank, "connection error during the join: %s" % exc)
             return None
-        self.log.info("rendezvous: node rank %d joined from %s (%d of %d worker ranks)"
-                      % (rank, peer, len(self.state.joined()), self.state.nnodes - 1))
-        self._maybe_all_joined()
+        self._announce(rank, peer)
         return rank
 
-    def _maybe_all_joined(self) -> None:
-        """Run on_all_joined once every worker rank has joined; a thread that comes while it runs waits for it."""
-        if self.on_all_joined is None:
-            return
+    def _announce(self, rank: int, peer: str) -> None:
+        """Log a rank's join, and run on_all_joined once every worker rank's join is logged.
+
+        One lock holds both, so the last join's line comes before what all joined starts (a second worker
+        admitted meanwhile is counted only once its own line is out); a thread that comes while it runs waits.
+        """
         with self._all_joined_lock:
-            if self._all_joined_done or len(self.state.joined()) < self.state.nnodes - 1:
+            self._announced.add(rank)
+            self.log.info("rendezvous: node rank %d joined from %s (%d of %d worker ranks)"
+                          % (rank, peer, len(self._announced), self.state.nnodes - 1))
+            if self.on_all_joined is None or self._all_joined_done or len(self._announced) < self.state.nnodes - 1:
                 return
             self._all_joined_done = True
             self.on_all_joined()
