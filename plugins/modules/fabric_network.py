@@ -78,6 +78,14 @@ options:
     description: How long to wait, after the apply, for every twin to hold its address, in seconds.
     type: float
     default: 30
+  service:
+    description:
+      - The unit that gives the twins their addresses (netplan renders them for systemd-networkd, and the
+        networkd backend writes its files), started when it does not run and enabled at boot, before the
+        addresses are read (in check mode, only said).
+      - An empty string leaves every unit alone.
+    type: str
+    default: systemd-networkd.service
   root:
     description:
       - A folder put before every path of O(files) and O(owned) and before the netplan folders read for the
@@ -133,6 +141,10 @@ files_removed:
   type: list
   elements: str
   sample: ["/etc/systemd/network/60-sparkserve-enp1s0f0np0.network"]
+service_changed:
+  description: Whether O(service) was started or enabled (in check mode, would be).
+  returned: always
+  type: bool
 applied:
   description: Whether the configuration was applied (the commands ran); false in check mode.
   returned: always
@@ -171,6 +183,11 @@ from typing import Any, Callable, Mapping, Sequence
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkserve.deploy.plugins.module_utils.node.files import write_atomic
+from ansible_collections.sparkserve.deploy.plugins.module_utils.node.units import (
+    UnitError,
+    run_unit_commands,
+    unit_commands,
+)
 
 Runner = Callable[[Sequence[str]], "tuple[int, str, str]"]
 Clock = Callable[[], float]
@@ -505,9 +522,27 @@ def undo(root: str, plan: FilePlan, commands: Sequence[Sequence[str]], runner: R
 
 
 def outcome(plan: FilePlan, twins: Sequence[Twin], live: Mapping[str, Sequence[str]], changed: bool,
-            applied: bool) -> dict[str, Any]:
-    return {"changed": changed, "files_written": sorted(plan.writes), "files_removed": sorted(plan.removes),
-            "applied": applied, "addresses": twin_addresses(twins, live)}
+            applied: bool, service_changed: bool = False) -> dict[str, Any]:
+    return {"changed": changed or service_changed, "files_written": sorted(plan.writes),
+            "files_removed": sorted(plan.removes), "applied": applied, "service_changed": service_changed,
+            "addresses": twin_addresses(twins, live)}
+
+
+def keep_service(service: str, check_mode: bool, runner: Runner) -> bool:
+    """Start and enable the unit that gives the addresses when it needs it; whether it did (or would)."""
+    if not service:
+        return False
+
+    def timed(argv: Sequence[str], _timeout_s: float) -> tuple[int, str, str]:
+        return runner(argv)
+
+    try:
+        commands = unit_commands(service, True, timed)
+        if commands and not check_mode:
+            run_unit_commands(commands, timed)
+    except UnitError as err:
+        raise FabricError(f"the fabric's addresses need {service} running: {err}") from None
+    return bool(commands)
 
 
 def apply_and_wait(params: Mapping[str, Any], plan: FilePlan, twins: Sequence[Twin], runner: Runner,
@@ -543,6 +578,7 @@ def converge(params: Mapping[str, Any], check_mode: bool = False, want_diff: boo
         plan = plan_files(params["root"], params["backend"], wanted, params["owned"])
     except OSError as err:
         raise FabricError(f"cannot read the fabric configuration files: {err}") from None
+    service_changed = keep_service(params["service"], check_mode, runner)
     live = live_addresses(runner)
     changed = bool(plan.previous) or bool(missing_twins(twins, live))
     applied = changed and not check_mode
@@ -550,7 +586,7 @@ def converge(params: Mapping[str, Any], check_mode: bool = False, want_diff: boo
         if plan.previous and params["backend"] == "netplan":
             validate_netplan(params["root"], wanted, params["owned"], runner)
         live = apply_and_wait(params, plan, twins, runner, clock, sleep)
-    result = outcome(plan, twins, live, changed, applied)
+    result = outcome(plan, twins, live, changed, applied, service_changed)
     if want_diff and plan.previous:
         result["diff"] = file_diffs(plan)
     return result
@@ -567,6 +603,7 @@ def main(runner: Runner = run, clock: Clock = time.monotonic, sleep: Sleep = tim
                 "address": {"type": "str", "required": True},
             }},
             "wait_s": {"type": "float", "default": 30.0},
+            "service": {"type": "str", "default": "systemd-networkd.service"},
             "root": {"type": "path", "default": "/"},
         },
         supports_check_mode=True,

@@ -110,12 +110,39 @@ options:
     type: list
     elements: str
     default: []
+  units:
+    description:
+      - systemd units that run from these files, kept running in the same call when this call changed none
+        of their O(units[].files); the round trip of an M(ansible.builtin.systemd_service) task with
+        C(state=started) saved on a run that changes nothing.
+      - Such a unit is started when it does not run (its C(ActiveState) is neither C(active), C(activating)
+        nor C(reloading)), and enabled or disabled at boot as O(units[].enabled) says.
+      - A unit one of whose files this call changed (or, in check mode, would change) is left as it is and
+        named in RV(units_left), for its caller to reload systemd, check and restart it.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      name:
+        description: The unit's name, with its suffix (C(sparkserve-memguard.service)).
+        type: str
+        required: true
+      enabled:
+        description: Whether it starts at boot; left as it is when not given.
+        type: bool
+      files:
+        description:
+          - The paths of this call (of O(files), O(blocks) or O(directories)) the unit runs from; a path
+            this call does not list is refused.
+        type: list
+        elements: str
+        default: []
 extends_documentation_fragment:
   - sparkserve.deploy.attributes
 attributes:
   check_mode:
     support: full
-    description: Writes nothing and reports what would change.
+    description: Writes nothing, starts nothing and reports what would change.
   diff_mode:
     support: full
     description: One entry per changed path; the content of a file before and after, as M(ansible.builtin.copy).
@@ -190,6 +217,18 @@ failed_path:
   description: The path whose change failed on the node (a read-only file system, a full disk...).
   returned: when a change failed
   type: str
+units_changed:
+  description: The units of O(units) started, enabled or disabled (in check mode, that would be), in order.
+  returned: always
+  type: list
+  elements: str
+  sample: ["sparkserve-memguard.service"]
+units_left:
+  description: The units of O(units) left to the caller, as one of their files changed (or would).
+  returned: always
+  type: list
+  elements: str
+  sample: []
 """
 
 import fnmatch
@@ -202,6 +241,12 @@ from typing import Any, Mapping, Sequence
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkserve.deploy.plugins.module_utils.node.files import write_atomic
+from ansible_collections.sparkserve.deploy.plugins.module_utils.node.process import Runner, run_command
+from ansible_collections.sparkserve.deploy.plugins.module_utils.node.units import (
+    UnitError,
+    run_unit_commands,
+    unit_commands,
+)
 
 # Three or four octal digits, with an optional leading zero: 644, 0644, 2775, 02775.
 MODE_PATTERN = re.compile(r"^0?[0-7]{3,4}$")
@@ -596,7 +641,35 @@ def block_files(blocks: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return items
 
 
-def main() -> None:
+def refused_unit_files(units: Sequence[Mapping[str, Any]], directories: Sequence[Mapping[str, Any]],
+                       files: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One message per path of units[].files that this call does not list."""
+    listed = {os.path.normpath(str(d["path"])) for d in directories} | {os.path.normpath(str(f["dest"])) for f in files}
+    return [f"units[{index}] ({unit['name']}): files names {path}, which this call does not list"
+            for index, unit in enumerate(units) for path in unit["files"]
+            if os.path.normpath(str(path)) not in listed]
+
+
+def split_units(units: Sequence[Mapping[str, Any]], changed_paths: Sequence[str]) -> tuple[list[Any], list[str]]:
+    """The units to keep running, and the names of those left to the caller as one of their files changed."""
+    changed = {os.path.normpath(path) for path in changed_paths}
+    kept = [unit for unit in units if not changed & {os.path.normpath(str(p)) for p in unit["files"]}]
+    return kept, [str(unit["name"]) for unit in units if unit not in kept]
+
+
+def keep_running(units: Sequence[Mapping[str, Any]], check_mode: bool, runner: Runner) -> list[str]:
+    """Start and enable (or disable) each unit as asked; the names of those that changed. UnitError."""
+    touched: list[str] = []
+    for unit in units:
+        commands = unit_commands(unit["name"], unit["enabled"], runner)
+        if commands and not check_mode:
+            run_unit_commands(commands, runner)
+        if commands:
+            touched.append(str(unit["name"]))
+    return touched
+
+
+def main(runner: Runner = run_command) -> None:
     module = AnsibleModule(
         argument_spec={
             "directories": {"type": "list", "elements": "dict", "default": [], "options": {
@@ -616,11 +689,20 @@ def main() -> None:
                 "mode": {"type": "raw"},
             }},
             "absent": {"type": "list", "elements": "str", "default": []},
+            "units": {"type": "list", "elements": "dict", "default": [], "options": {
+                "name": {"type": "str", "required": True},
+                "enabled": {"type": "bool"},
+                "files": {"type": "list", "elements": "str", "default": []},
+            }},
         },
         supports_check_mode=True,
     )
+    units = module.params["units"]
     try:
         files = list(module.params["files"]) + block_files(module.params["blocks"])
+        refused = refused_unit_files(units, module.params["directories"], files)
+        if refused:
+            raise ItemError(refused)
         actions = plan(module.params["directories"], files, module.params["absent"])
     except ItemError as err:
         module.fail_json(msg=err.msg, errors=err.errors, changed=False, changed_paths=[])
@@ -635,7 +717,15 @@ def main() -> None:
                         "changed_paths were changed before it, the ones listed after it were not",
                     changed=bool(done), changed_paths=done, failed_path=action.path)
             done.append(action.path)
-    result: dict[str, Any] = {"changed": bool(actions), "changed_paths": [a.path for a in actions]}
+    changed_paths = [a.path for a in actions]
+    kept, left = split_units(units, changed_paths)
+    try:
+        touched = keep_running(kept, module.check_mode, runner)
+    except UnitError as err:
+        module.fail_json(msg=f"node_files wrote its files, then: {err}", changed=bool(actions),
+                         changed_paths=changed_paths, units_left=left)
+    result: dict[str, Any] = {"changed": bool(actions) or bool(touched), "changed_paths": changed_paths,
+                              "units_changed": touched, "units_left": left}
     if module._diff and actions:
         result["diff"] = [a.diff for a in actions]
     module.exit_json(**result)

@@ -2,8 +2,8 @@
 
 The node is a temporary folder (the module's root) and a double that answers the commands: ``ip`` prints the
 addresses it holds, ``networkctl reconfigure`` gives the twins their addresses (or never, per test),
-``netplan generate --root-dir`` is checked against the files it is given. The clock moves only when the
-module sleeps.
+``netplan generate --root-dir`` is checked against the files it is given, ``systemctl`` keeps systemd-networkd's
+state. The clock moves only when the module sleeps.
 """
 
 from __future__ import annotations
@@ -32,6 +32,11 @@ OWNED = ["/etc/netplan/60-sparkserve-*.yaml", "/etc/systemd/network/60-sparkserv
 TWINS = [{"name": "enp1s0f0np0", "address": "10.77.1.11/24"}, {"name": "enp1s0f1np1", "address": "10.77.2.11/24"}]
 WANTED = {"enp1s0f0np0": "10.77.1.11/24", "enp1s0f1np1": "10.77.2.11/24"}
 IP = ["ip", "-j", "-4", "addr", "show"]
+NETWORKD_UNIT = "systemd-networkd.service"
+# What the module reads of systemd-networkd before the addresses, every run.
+SERVICE_READS = [["systemctl", "is-enabled", NETWORKD_UNIT],
+                 ["systemctl", "show", "--property=ActiveState", "--value", NETWORKD_UNIT]]
+READS = [*SERVICE_READS, IP]
 
 NETPLAN = """network:
   version: 2
@@ -66,6 +71,7 @@ class FakeNode:
         self.failing: dict[tuple[str, ...], tuple[int, str]] = {}
         self.now = 1000.0
         self.sleeps: list[float] = []
+        self.networkd = {"enabled": True, "active": True}
 
     def clock(self) -> float:
         return self.now
@@ -92,6 +98,13 @@ class FakeNode:
         if tuple(argv) in self.failing:
             rc, err = self.failing[tuple(argv)]
             return rc, "", err
+        if argv == SERVICE_READS[0]:
+            return (0, "enabled\n", "") if self.networkd["enabled"] else (1, "disabled\n", "")
+        if argv == SERVICE_READS[1]:
+            return 0, "active\n" if self.networkd["active"] else "inactive\n", ""
+        if argv in (["systemctl", "enable", NETWORKD_UNIT], ["systemctl", "start", NETWORKD_UNIT]):
+            self.networkd["enabled" if argv[1] == "enable" else "active"] = True
+            return 0, "", ""
         if argv[:3] == ["netplan", "generate", "--root-dir"]:
             staging = Path(argv[3])
             self.staged = {str(p.relative_to(staging)): p.read_text(encoding="utf-8")
@@ -108,9 +121,9 @@ class FakeNode:
         raise AssertionError(f"unexpected command {argv}")
 
     def acting(self) -> list[list[str]]:
-        """The commands run but ip, with the scratch folder of netplan generate --root-dir named SCRATCH."""
+        """The commands run but the reads, with the scratch folder of netplan generate --root-dir named SCRATCH."""
         return [c[:3] + ["SCRATCH"] if c[:3] == ["netplan", "generate", "--root-dir"] else c
-                for c in self.commands if c != IP]
+                for c in self.commands if c not in READS]
 
 
 APPLY_NETPLAN = [["netplan", "generate"], ["networkctl", "reload"],
@@ -166,7 +179,7 @@ def test_first_apply_writes_the_file_and_applies_it_to_the_twins_only(tmp_path: 
     assert node.acting() == CHECK + APPLY_NETPLAN  # never netplan apply, never the management link
     # The check saw the node's own netplan file beside the new one, and nothing was left behind.
     assert node.staged == {CLOUD_INIT.lstrip("/"): CLOUD_INIT_TEXT, NETPLAN_FILE.lstrip("/"): NETPLAN}
-    assert not Path(node.commands[1][3]).exists()
+    assert not Path(next(c for c in node.commands if c[:3] == CHECK[0][:3])[3]).exists()
     assert not [p for p in (root / "etc" / "netplan").iterdir() if p.name.startswith(".")]  # no temporary file
     assert node.sleeps == []  # the addresses were there at the first read
 
@@ -180,7 +193,7 @@ def test_a_second_run_changes_nothing_and_runs_only_ip(tmp_path: Path, capsys: p
     again = run_main(dict(args(root), _ansible_diff=True), node, capsys)
     assert again["changed"] is False and again["applied"] is False
     assert again["files_written"] == [] and again["files_removed"] == [] and "diff" not in again
-    assert node.commands == [IP]
+    assert node.commands == READS
     assert snapshot(root) == before
 
 
@@ -202,7 +215,7 @@ def test_check_mode_touches_nothing_and_runs_nothing_but_ip(tmp_path: Path,
     assert result["changed"] is True and result["applied"] is False
     assert result["files_written"] == [NETPLAN_FILE] and result["files_removed"] == [NETWORKD_A]
     assert [d["after_header"] for d in result["diff"]] == [f"{NETPLAN_FILE} (mode 0600)", f"{NETWORKD_A} (removed)"]
-    assert node.commands == [IP]
+    assert node.commands == READS
     assert snapshot(root) == before
 
 
@@ -213,7 +226,7 @@ def test_check_mode_reports_a_missing_address(tmp_path: Path, capsys: pytest.Cap
     result = run_main(dict(args(root), _ansible_check_mode=True), node, capsys)
     assert result["changed"] is True and result["applied"] is False and result["files_written"] == []
     assert result["addresses"] == {"enp1s0f0np0": ["10.77.1.11/24"], "enp1s0f1np1": []}
-    assert node.commands == [IP]
+    assert node.commands == READS
 
 
 def test_the_diff_shows_each_written_and_removed_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -401,6 +414,8 @@ def test_an_unreadable_ip_fails_before_anything_changes(tmp_path: Path, capsys: 
     before = snapshot(root)
 
     def broken(argv: Sequence[str]) -> tuple[int, str, str]:
+        if argv != IP:
+            return FakeNode()(argv)
         return 1, "", "Cannot open netlink socket: Permission denied\n"
 
     with patch_module_args(args(root)), pytest.raises(SystemExit):
@@ -408,6 +423,56 @@ def test_an_unreadable_ip_fails_before_anything_changes(tmp_path: Path, capsys: 
     result = json.loads(capsys.readouterr().out)
     assert result["msg"] == "ip -j -4 addr show exited 1: Cannot open netlink socket: Permission denied"
     assert snapshot(root) == before
+
+
+def test_a_stopped_networkd_is_enabled_and_started_before_the_addresses_are_read(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = node_root(tmp_path)
+    run_main(args(root), FakeNode(), capsys)
+    before = snapshot(root)
+    node = FakeNode(live=dict((k, [v]) for k, v in WANTED.items()))
+    node.networkd = {"enabled": False, "active": False}
+    result = run_main(args(root), node, capsys)
+    assert result["changed"] is True and result["service_changed"] is True and result["applied"] is False
+    assert node.commands == [*SERVICE_READS, ["systemctl", "enable", NETWORKD_UNIT],
+                             ["systemctl", "start", NETWORKD_UNIT], IP]
+    assert node.networkd == {"enabled": True, "active": True} and snapshot(root) == before
+    again = run_main(args(root), node, capsys)
+    assert again["changed"] is False and again["service_changed"] is False
+
+
+def test_check_mode_says_networkd_would_start_and_starts_nothing(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    root = node_root(tmp_path)
+    put(root, NETPLAN_FILE, NETPLAN, 0o600)
+    node = FakeNode(live=dict((k, [v]) for k, v in WANTED.items()))
+    node.networkd = {"enabled": True, "active": False}
+    result = run_main(dict(args(root), _ansible_check_mode=True), node, capsys)
+    assert result["changed"] is True and result["service_changed"] is True and result["files_written"] == []
+    assert node.commands == READS and node.networkd["active"] is False
+
+
+def test_a_networkd_that_does_not_start_fails_before_any_file_changes(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    root = node_root(tmp_path)
+    before = snapshot(root)
+    node = FakeNode()
+    node.networkd["active"] = False
+    node.failing[("systemctl", "start", NETWORKD_UNIT)] = (1, "Job for systemd-networkd.service failed.\n")
+    result = run_main(args(root), node, capsys)
+    assert result["failed"] is True
+    assert result["msg"] == ("the fabric's addresses need systemd-networkd.service running: systemctl start "
+                             "systemd-networkd.service exited 1: Job for systemd-networkd.service failed. "
+                             "(journalctl -u systemd-networkd.service says why)")
+    assert snapshot(root) == before and IP not in node.commands
+
+
+def test_an_empty_service_leaves_every_unit_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = node_root(tmp_path)
+    node = FakeNode()
+    node.networkd = {"enabled": False, "active": False}
+    result = run_main(args(root, service=""), node, capsys)
+    assert result["service_changed"] is False and not [c for c in node.commands if c[0] == "systemctl"]
 
 
 def test_globs_match_as_glob_does_one_folder_at_a_time() -> None:

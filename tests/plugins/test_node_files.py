@@ -10,7 +10,7 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
@@ -451,3 +451,99 @@ def test_absent_refuses_a_directory_or_a_path_it_is_told_to_keep(tmp_path: Path,
                       capsys)
     assert result["failed"] is True and snapshot(tmp_path) == before
     assert [e.split(":")[0] for e in result["errors"]] == [f"absent[0] ({folder})", f"absent[1] ({kept})"]
+
+
+class FakeSystemd:
+    """Answers the systemctl commands of ``units`` for units it knows, and records the ones that act."""
+
+    def __init__(self, **units: tuple[bool, bool]) -> None:
+        self.units = {name: {"enabled": enabled, "active": active} for name, (enabled, active) in units.items()}
+        self.acted: list[list[str]] = []
+        self.failing: set[str] = set()
+
+    def __call__(self, argv: Sequence[str], timeout_s: float) -> tuple[int, str, str]:
+        verb, name = argv[1], argv[-1]
+        state = self.units[name]
+        if verb == "is-enabled":
+            return (0, "enabled\n", "") if state["enabled"] else (1, "disabled\n", "")
+        if verb == "show":
+            return 0, "active\n" if state["active"] else "failed\n", ""
+        self.acted.append(list(argv))
+        if verb in self.failing:
+            return 1, "", f"Job for {name} failed because the control process exited with error code.\n"
+        state["enabled" if verb in ("enable", "disable") else "active"] = verb != "disable"
+        return 0, "", ""
+
+
+def run_with(args: dict[str, Any], systemd: FakeSystemd, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    with patch_module_args(args), pytest.raises(SystemExit):
+        nf.main(runner=systemd)
+    return json.loads(capsys.readouterr().out)
+
+
+def unit_args(base: Path, content: str = "[Service]\n", **unit: Any) -> dict[str, Any]:
+    program, unit_file = str(base / "guard.py"), str(base / "guard.service")
+    return {"files": [{"dest": program, "content": "print(1)\n"}, {"dest": unit_file, "content": content}],
+            "units": [{"name": "guard.service", "files": [program, unit_file], **unit}]}
+
+
+def test_a_unit_whose_files_did_not_change_is_kept_running_in_the_same_call(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    systemd = FakeSystemd(**{"guard.service": (False, False)})
+    first = run_with(unit_args(tmp_path, enabled=True), systemd, capsys)
+    # Its files were written: the caller reloads and restarts it, nothing is asked of systemd.
+    assert first["units_left"] == ["guard.service"] and first["units_changed"] == [] and systemd.acted == []
+    stopped = run_with(unit_args(tmp_path, enabled=True), systemd, capsys)
+    assert stopped["changed"] is True and stopped["changed_paths"] == []
+    assert stopped["units_changed"] == ["guard.service"] and stopped["units_left"] == []
+    assert systemd.acted == [["systemctl", "enable", "guard.service"], ["systemctl", "start", "guard.service"]]
+    systemd.acted.clear()
+    again = run_with(unit_args(tmp_path, enabled=True), systemd, capsys)
+    assert again["changed"] is False and again["units_changed"] == [] and systemd.acted == []
+
+
+def test_a_unit_is_disabled_when_asked_and_its_boot_state_left_when_not_given(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    systemd = FakeSystemd(**{"guard.service": (True, True)})
+    run_with(unit_args(tmp_path), systemd, capsys)
+    assert run_with(unit_args(tmp_path), systemd, capsys)["changed"] is False
+    disabled = run_with(unit_args(tmp_path, enabled=False), systemd, capsys)
+    assert disabled["units_changed"] == ["guard.service"]
+    assert systemd.acted == [["systemctl", "disable", "guard.service"]]
+
+
+def test_check_mode_says_a_unit_would_start_and_starts_nothing(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    systemd = FakeSystemd(**{"guard.service": (True, False)})
+    run_with(unit_args(tmp_path), systemd, capsys)
+    checked = run_with(dict(unit_args(tmp_path), _ansible_check_mode=True), systemd, capsys)
+    assert checked["changed"] is True and checked["units_changed"] == ["guard.service"] and systemd.acted == []
+    # A unit file that would change leaves the unit to the caller, in check mode too.
+    changing = run_with(dict(unit_args(tmp_path, "[Service]\nNice=5\n"), _ansible_check_mode=True), systemd, capsys)
+    assert changing["units_left"] == ["guard.service"] and changing["units_changed"] == [] and systemd.acted == []
+
+
+def test_a_unit_that_does_not_start_fails_naming_it_after_the_files_are_written(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    systemd = FakeSystemd(**{"guard.service": (True, False)})
+    run_with(unit_args(tmp_path), systemd, capsys)
+    systemd.failing.add("start")
+    (tmp_path / "other.txt").write_text("old\n")
+    args = unit_args(tmp_path)
+    args["files"].append({"dest": str(tmp_path / "other.txt"), "content": "new\n"})
+    result = run_with(args, systemd, capsys)
+    assert result["failed"] is True and result["changed_paths"] == [str(tmp_path / "other.txt")]
+    assert result["msg"].startswith("node_files wrote its files, then: systemctl start guard.service exited 1: "
+                                    "Job for guard.service failed")
+    assert (tmp_path / "other.txt").read_text() == "new\n"
+
+
+def test_a_unit_naming_a_file_the_call_does_not_list_is_refused(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    systemd = FakeSystemd(**{"guard.service": (True, True)})
+    args = unit_args(tmp_path)
+    args["units"][0]["files"].append(str(tmp_path / "guard.json"))
+    result = run_with(args, systemd, capsys)
+    assert result["failed"] is True and not (tmp_path / "guard.py").exists() and systemd.acted == []
+    assert result["errors"] == [f"units[0] (guard.service): files names {tmp_path / 'guard.json'}, "
+                                "which this call does not list"]

@@ -54,9 +54,11 @@ command = args[0] if args else ""
 unit = args[-1] if len(args) > 1 else ""
 if command == "show":
     active = state.get(unit, False)
-    print(f"LoadState={'loaded' if exists(unit) else 'not-found'}")
-    print(f"ActiveState={'active' if active else 'inactive'}")
-    print(f"SubState={'running' if active else 'dead'}")
+    shown = {"LoadState": "loaded" if exists(unit) else "not-found", "ActiveState": "active" if active else "inactive",
+             "SubState": "running" if active else "dead"}
+    asked = [a.split("=", 1)[1] for a in args if a.startswith("--property=")] or list(shown)
+    for name in asked:
+        print(shown[name] if "--value" in args else f"{name}={shown[name]}")
 elif command == "is-enabled":
     if not exists(unit):
         print(f"Failed to get unit file state for {unit}: No such file or directory", file=sys.stderr)
