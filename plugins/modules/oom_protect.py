@@ -105,7 +105,7 @@ def can_lower_scores(proc_root: str) -> bool:
             found = re.search(r"^CapEff:\s*([0-9a-fA-F]+)\s*$", handle.read(), re.MULTILINE)
     except OSError as err:
         raise ProtectError(f"cannot read this process's capabilities: {err.strerror}") from None
-    return bool(found) and bool(int(found.group(1), 16) >> CAP_SYS_RESOURCE & 1)
+    return found is not None and bool(int(found.group(1), 16) >> CAP_SYS_RESOURCE & 1)
 
 
 def drop_in_text(score: int) -> str:

@@ -18,7 +18,7 @@ description:
     C(PATH.pub) is rewritten (mode C(0644)) when it does not hold that key with O(comment). The private key
     is given mode C(0600) when it has another.
   - A private key C(ssh-keygen) cannot read (a passphrase, another format, a damaged file), or a path that is
-    not a regular file, is refused and left as it is: the module fails naming it, and nothing is written.
+    not a regular file, is refused and left as it is; the module fails naming it, and nothing is written.
   - A host key that cannot be read fails the module before anything is written.
   - Runs on the node's python3 with nothing but its standard library, and the node's C(ssh-keygen).
 extends_documentation_fragment:
