@@ -6,6 +6,8 @@ from typing import Any, Mapping, Sequence
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.sparkserve.deploy.plugins.module_utils.node.api import head_api_base
+
 DOCUMENTATION = r"""
 name: head_api_url
 short_description: The URL at which the head reaches a deployment's API
@@ -46,11 +48,7 @@ def head_api_url(launch: Mapping[str, Any], wildcard_hosts: Sequence[str]) -> st
     except (KeyError, TypeError, ValueError) as error:
         raise AnsibleFilterError("head_api_url needs a launch section with api_host and api_port: %s"
                                  % error) from error
-    if host in wildcard_hosts:
-        host = "127.0.0.1"
-    elif ":" in host and not host.startswith("["):
-        host = "[%s]" % host
-    return "http://%s:%d" % (host, port)
+    return head_api_base(host, port, wildcard_hosts)
 
 
 class FilterModule:

@@ -11,7 +11,7 @@ import http.client
 import json
 import urllib.error
 import urllib.request
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .process import one_line
 
@@ -47,6 +47,15 @@ def http_request(method: str, url: str, body: Optional[str], timeout: float,
         raise ConnectionError(str(err.reason)) from err
     except http.client.HTTPException as err:
         raise ConnectionError(f"{type(err).__name__}: {err}") from err
+
+
+def head_api_base(api_host: str, api_port: int, wildcard_hosts: Sequence[str]) -> str:
+    """``http://HOST:PORT`` as the head reaches an API bound to api_host: one bound to every interface (one of
+    wildcard_hosts) at 127.0.0.1, any other address as it is (an IPv6 one in brackets)."""
+    host = "127.0.0.1" if api_host in wildcard_hosts else api_host
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"http://{host}:{int(api_port)}"
 
 
 def answer_text(probe: str, status: int, body: str, limit: int) -> str:
