@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 ---
 module: oom_protect
 short_description: Keep services last in the OOM killer's line, now and at their next start
-version_added: "0.1.0"
+version_added: "0.6.0"
 description:
   - A rank that runs the node out of memory must not take the node's remote access or its container engine
     with it. For each service of O(services) this module keeps, in one call,

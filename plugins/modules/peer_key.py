@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 ---
 module: peer_key
 short_description: Keep this node's ssh key for its peers, and read it with the node's ssh host key
-version_added: "0.1.0"
+version_added: "0.6.0"
 description:
   - The access stage needs, from every node, the public half of the key its peers will authorize and the
     public key its sshd answers with (for the peers' C(known_hosts)). This module gives both in one round

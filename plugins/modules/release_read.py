@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 ---
 module: release_read
 short_description: Read the release a head records as applied, and ask its API whether it serves
-version_added: "0.1.0"
+version_added: "0.6.0"
 description:
   - Runs on a deployment's head. Reads the release record O(path) (C(current.json) of the release folder)
     through the record's schema (the node library's C(release)), and, when there is one, asks the health path
@@ -16,7 +16,7 @@ description:
   - No record (a first launch) is no failure; RV(recorded) is then empty and nothing is asked.
   - A record that is not one (not JSON, a field missing or of the wrong kind) fails the module naming it and
     what is wrong.
-  - An API that does not answer in O(timeout_s), or answers with another status than 200, is no failure:
+  - An API that does not answer in O(timeout_s), or answers with another status than 200, is no failure;
     RV(serves) is false and RV(health) says what it answered.
   - Reads only; runs on the node's python3 with nothing but its standard library.
 extends_documentation_fragment:

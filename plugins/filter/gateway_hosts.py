@@ -1,0 +1,54 @@
+"""The hosts a play of the gateway runs on: the gateway node the recipe role noted."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+DOCUMENTATION = r"""
+name: gateway_hosts
+short_description: The hosts a play of the gateway runs on
+version_added: "0.6.0"
+description:
+  - The context play's recipe role notes on every Spark the node the gateway runs on (C(recipe_gateway_node),
+    empty when the inventory runs no gateway). A play of the gateway (its render check in the preflight, its
+    install in the deploy pipeline) runs on that node alone, named once, when the inventory holds it.
+  - Empty when no Spark noted one (no gateway, or the context play has not run).
+options:
+  _input:
+    description: The magic variable C(groups).
+    type: dict
+    required: true
+  hostvars:
+    description: The magic variable C(hostvars).
+    type: dict
+    required: true
+"""
+
+EXAMPLES = r"""
+- name: The gateway in front of the deployments
+  hosts: "{{ [] if hostvars is not defined else groups | sparkserve.deploy.gateway_hosts(hostvars) }}"
+"""
+
+RETURN = r"""
+_value:
+  description: The gateway's node, or nothing.
+  type: list
+  elements: str
+"""
+
+
+def gateway_hosts(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, Any]) -> list[str]:
+    """The recipe_gateway_node each Spark noted, once each, in the order of the sparks group, if in the inventory."""
+    found: list[str] = []
+    for host in groups.get("sparks", []):
+        node = hostvars[host].get("recipe_gateway_node", "") if host in hostvars else ""
+        if node and node not in found and node in groups.get("all", []):
+            found.append(str(node))
+    return found
+
+
+class FilterModule:
+    """sparkserve.deploy.gateway_hosts."""
+
+    def filters(self) -> dict[str, Any]:
+        return {"gateway_hosts": gateway_hosts}
