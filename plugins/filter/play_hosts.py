@@ -1,4 +1,4 @@
-"""The hosts a play of the gateway runs on: the gateway node the recipe role noted."""
+"""What the pipeline's plays read to choose their hosts: the gateway's node, whether any rank must start."""
 
 from __future__ import annotations
 
@@ -37,6 +37,20 @@ _value:
 """
 
 
+def relaunching(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, Any]) -> bool:
+    """Whether a Spark's engine noted that its deployment's ranks must (re)start (__engine_relaunch, the engine's
+    prepare); a Spark that has not noted it counts as one that must (the launch play then runs and decides)."""
+    return any(_truthy(hostvars[host].get("__engine_relaunch", True)) if host in hostvars else True
+               for host in groups.get("sparks", []))
+
+
+def _truthy(value: Any) -> bool:
+    """As Ansible's bool filter reads a fact: yes, true, 1 or on (any case), or a true value."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("yes", "true", "1", "on")
+    return bool(value)
+
+
 def gateway_hosts(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, Any]) -> list[str]:
     """The recipe_gateway_node each Spark noted, once each, in the order of the sparks group, if in the inventory."""
     found: list[str] = []
@@ -48,7 +62,7 @@ def gateway_hosts(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, An
 
 
 class FilterModule:
-    """sparkserve.deploy.gateway_hosts."""
+    """sparkserve.deploy.gateway_hosts and relaunching (the doc above names the first)."""
 
     def filters(self) -> dict[str, Any]:
-        return {"gateway_hosts": gateway_hosts}
+        return {"gateway_hosts": gateway_hosts, "relaunching": relaunching}

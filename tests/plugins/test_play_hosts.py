@@ -1,0 +1,36 @@
+"""Tests for the play_hosts filters: the gateway's node, and whether any rank must start."""
+
+from __future__ import annotations
+
+from ansible_collections.sparkserve.deploy.plugins.filter.play_hosts import gateway_hosts, relaunching
+
+GROUPS = {"all": ["spark-1", "spark-2", "spark-3", "localhost"], "sparks": ["spark-1", "spark-2", "spark-3"]}
+
+
+def test_the_gateway_node_every_spark_noted_is_named_once() -> None:
+    hostvars = {host: {"recipe_gateway_node": "spark-2"} for host in GROUPS["sparks"]}
+    assert gateway_hosts(GROUPS, hostvars) == ["spark-2"]
+
+
+def test_no_gateway_or_no_context_play_is_no_host() -> None:
+    assert gateway_hosts(GROUPS, {host: {"recipe_gateway_node": ""} for host in GROUPS["sparks"]}) == []
+    assert gateway_hosts(GROUPS, {host: {} for host in GROUPS["sparks"]}) == []
+    assert gateway_hosts({"all": ["localhost"]}, {}) == []
+
+
+def test_a_node_the_inventory_does_not_hold_is_left_out() -> None:
+    hostvars = {"spark-1": {"recipe_gateway_node": "spark-9"}, "spark-2": {"recipe_gateway_node": "spark-1"}}
+    assert gateway_hosts(GROUPS, hostvars) == ["spark-1"]
+
+
+def test_relaunching_is_any_spark_whose_ranks_must_start() -> None:
+    assert relaunching(GROUPS, {host: {"__engine_relaunch": False} for host in GROUPS["sparks"]}) is False
+    assert relaunching(GROUPS, {"spark-1": {"__engine_relaunch": False}, "spark-2": {"__engine_relaunch": "True"},
+                                "spark-3": {"__engine_relaunch": False}}) is True
+    assert relaunching(GROUPS, {"spark-1": {"__engine_relaunch": "false"}, "spark-2": {"__engine_relaunch": "no"},
+                                "spark-3": {"__engine_relaunch": 0}}) is False
+
+
+def test_a_spark_that_noted_nothing_counts_as_one_to_start() -> None:
+    assert relaunching(GROUPS, {"spark-1": {"__engine_relaunch": False}, "spark-2": {}}) is True
+    assert relaunching({"all": ["localhost"]}, {}) is False
