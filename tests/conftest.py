@@ -8,10 +8,15 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
+from ansible.plugins.loader import init_plugin_loader
 
 COLLECTIONS = str(Path(__file__).resolve().parents[1] / "collections")
 if COLLECTIONS not in sys.path:
     sys.path.insert(0, COLLECTIONS)
+# Ansible's own collection loader, before anything of the collection is imported: as in ansible-playbook, the
+# collection's metadata is loaded with it, so that a template naming sparkserve.deploy.FILTER finds it
+# (tests/playbooks/test_pipeline_shape.py templates the plays' hosts).
+init_plugin_loader([COLLECTIONS])
 
 ROOT = str(Path(__file__).resolve().parents[1])
 if ROOT not in sys.path:
