@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from ansible.module_utils.parsing.convert_bool import boolean
+
 DOCUMENTATION = r"""
 name: gateway_hosts
 short_description: The hosts a play of the gateway runs on
@@ -40,15 +42,8 @@ _value:
 def relaunching(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, Any]) -> bool:
     """Whether a Spark's engine noted that its deployment's ranks must (re)start (__engine_relaunch, the engine's
     prepare); a Spark that has not noted it counts as one that must (the launch play then runs and decides)."""
-    return any(_truthy(hostvars[host].get("__engine_relaunch", True)) if host in hostvars else True
+    return any(boolean(hostvars[host].get("__engine_relaunch", True), strict=False) if host in hostvars else True
                for host in groups.get("sparks", []))
-
-
-def _truthy(value: Any) -> bool:
-    """As Ansible's bool filter reads a fact: yes, true, 1 or on (any case), or a true value."""
-    if isinstance(value, str):
-        return value.strip().lower() in ("yes", "true", "1", "on")
-    return bool(value)
 
 
 def gateway_hosts(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, Any]) -> list[str]:

@@ -183,11 +183,7 @@ from typing import Any, Callable, Mapping, Sequence
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkserve.deploy.plugins.module_utils.node.files import write_atomic
-from ansible_collections.sparkserve.deploy.plugins.module_utils.node.units import (
-    UnitError,
-    run_unit_commands,
-    unit_commands,
-)
+from ansible_collections.sparkserve.deploy.plugins.module_utils.node.units import UnitError, keep_running
 
 Runner = Callable[[Sequence[str]], "tuple[int, str, str]"]
 Clock = Callable[[], float]
@@ -537,12 +533,9 @@ def keep_service(service: str, check_mode: bool, runner: Runner) -> bool:
         return runner(argv)
 
     try:
-        commands = unit_commands(service, True, timed)
-        if commands and not check_mode:
-            run_unit_commands(commands, timed)
+        return keep_running(service, True, check_mode, timed)
     except UnitError as err:
         raise FabricError(f"the fabric's addresses need {service} running: {err}") from None
-    return bool(commands)
 
 
 def apply_and_wait(params: Mapping[str, Any], plan: FilePlan, twins: Sequence[Twin], runner: Runner,

@@ -242,11 +242,8 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkserve.deploy.plugins.module_utils.node.files import write_atomic
 from ansible_collections.sparkserve.deploy.plugins.module_utils.node.process import Runner, run_command
-from ansible_collections.sparkserve.deploy.plugins.module_utils.node.units import (
-    UnitError,
-    run_unit_commands,
-    unit_commands,
-)
+from ansible_collections.sparkserve.deploy.plugins.module_utils.node.units import UnitError
+from ansible_collections.sparkserve.deploy.plugins.module_utils.node.units import keep_running as keep_unit_running
 
 # Three or four octal digits, with an optional leading zero: 644, 0644, 2775, 02775.
 MODE_PATTERN = re.compile(r"^0?[0-7]{3,4}$")
@@ -659,14 +656,8 @@ def split_units(units: Sequence[Mapping[str, Any]], changed_paths: Sequence[str]
 
 def keep_running(units: Sequence[Mapping[str, Any]], check_mode: bool, runner: Runner) -> list[str]:
     """Start and enable (or disable) each unit as asked; the names of those that changed. UnitError."""
-    touched: list[str] = []
-    for unit in units:
-        commands = unit_commands(unit["name"], unit["enabled"], runner)
-        if commands and not check_mode:
-            run_unit_commands(commands, runner)
-        if commands:
-            touched.append(str(unit["name"]))
-    return touched
+    return [str(unit["name"]) for unit in units
+            if keep_unit_running(unit["name"], unit["enabled"], check_mode, runner)]
 
 
 def main(runner: Runner = run_command) -> None:

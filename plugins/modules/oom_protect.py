@@ -86,10 +86,10 @@ from typing import Any, List, Optional, Sequence
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkserve.deploy.plugins.module_utils.node.files import write_atomic
-from ansible_collections.sparkserve.deploy.plugins.module_utils.node.process import Runner, one_line, run_command
+from ansible_collections.sparkserve.deploy.plugins.module_utils.node.process import Runner, run_command
+from ansible_collections.sparkserve.deploy.plugins.module_utils.node.units import UnitError, systemctl
 
 CAP_SYS_RESOURCE = 24
-SYSTEMCTL_TIMEOUT_S = 90.0
 DROP_IN = "sparkserve-oom.conf"
 SERVICE_NAME = re.compile(r"^[A-Za-z0-9:_.@-]+$")
 
@@ -127,13 +127,6 @@ def stale_drop_ins(services: Sequence[str], systemd_dir: str, text: str) -> List
     """The drop-ins that are missing or hold something else."""
     paths = [os.path.join(systemd_dir, f"{service}.service.d", DROP_IN) for service in services]
     return [path for path in paths if read_text(path) != text]
-
-
-def systemctl(runner: Runner, *args: str) -> str:
-    rc, out, err = runner(["systemctl", *args], SYSTEMCTL_TIMEOUT_S)
-    if rc != 0:
-        raise ProtectError(f"systemctl {' '.join(args)} exited {rc}: {one_line(err or out or 'no message', 300)}")
-    return out
 
 
 def main_pid(service: str, runner: Runner) -> int:
@@ -204,7 +197,7 @@ def main(runner: Runner = run_command) -> None:
         module.fail_json(msg=f"score {params['score']} is outside -1000..1000")
     try:
         result = protect(params, module.check_mode, runner)
-    except ProtectError as err:
+    except (ProtectError, UnitError) as err:
         module.fail_json(msg=str(err), changed=False)
     except OSError as err:
         module.fail_json(msg=f"cannot write a drop-in: {err.strerror} ({err.filename})", changed=False)

@@ -27,6 +27,14 @@ def _systemctl(runner: Runner, *args: str) -> tuple[int, str, str]:
     return runner([SYSTEMCTL, *args], TIMEOUT_S)
 
 
+def systemctl(runner: Runner, *args: str) -> str:
+    """What ``systemctl ARGS`` printed; UnitError naming the command and what it said when it failed."""
+    rc, out, err = _systemctl(runner, *args)
+    if rc != 0:
+        raise UnitError(f"{SYSTEMCTL} {' '.join(args)} exited {rc}: {one_line(err or out or 'no message', 300)}")
+    return out
+
+
 def is_running(name: str, runner: Runner = run_command) -> bool:
     rc, out, err = _systemctl(runner, "show", "--property=ActiveState", "--value", name)
     if rc != 0:
@@ -53,7 +61,16 @@ def unit_commands(name: str, enabled: Optional[bool], runner: Runner = run_comma
 def run_unit_commands(commands: Sequence[Sequence[str]], runner: Runner = run_command) -> None:
     """Run them in order; UnitError at the first that fails."""
     for argv in commands:
-        rc, out, err = runner(argv, TIMEOUT_S)
-        if rc != 0:
-            said = one_line(err or out or "no message", 300)
-            raise UnitError(f"{' '.join(argv)} exited {rc}: {said} (journalctl -u {argv[-1]} says why)")
+        try:
+            systemctl(runner, *argv[1:])
+        except UnitError as err:
+            raise UnitError(f"{err} (journalctl -u {argv[-1]} says why)") from None
+
+
+def keep_running(name: str, enabled: Optional[bool], check_mode: bool, runner: Runner = run_command) -> bool:
+    """Bring the unit to running and, unless enabled is None, to that boot state (in check mode, only say
+    so); whether it needed it. UnitError."""
+    commands = unit_commands(name, enabled, runner)
+    if commands and not check_mode:
+        run_unit_commands(commands, runner)
+    return bool(commands)
