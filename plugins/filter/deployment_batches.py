@@ -47,7 +47,7 @@ EXAMPLES = r"""
   serial: >-
     {{ groups | sparkserve.deploy.deployment_batches(ansible_play_hosts_all,
        apart=ansible_play_hosts_all | map('extract', hostvars | default({}))
-             | map(attribute='__engine_relaunch', default=true) | select | list | length > 0) }}
+             | map(attribute='engine_relaunch', default=true) | select | list | length > 0) }}
   tasks: []
 """
 

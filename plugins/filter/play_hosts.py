@@ -40,9 +40,9 @@ _value:
 
 
 def relaunching(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, Any]) -> bool:
-    """Whether a Spark's engine noted that its deployment's ranks must (re)start (__engine_relaunch, the engine's
+    """Whether a Spark's engine noted that its deployment's ranks must (re)start (engine_relaunch, the engine's
     prepare); a Spark that has not noted it counts as one that must (the launch play then runs and decides)."""
-    return any(boolean(hostvars[host].get("__engine_relaunch", True), strict=False) if host in hostvars else True
+    return any(boolean(hostvars[host].get("engine_relaunch", True), strict=False) if host in hostvars else True
                for host in groups.get("sparks", []))
 
 

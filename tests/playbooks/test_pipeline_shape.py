@@ -101,9 +101,9 @@ def play_hosts(play: dict[str, Any], hostvars: dict[str, dict[str, Any]] | None,
 def test_a_play_with_nothing_to_do_has_no_host() -> None:
     """A run that changes nothing skips these plays whole (no task is even skipped); a run that needs one runs it."""
     deploy = {play.get("name"): play for play in plays(PLAYBOOKS / "deploy.yml")}
-    serving = {"spark-1": {"sparkserve_rank": 0, "__engine_relaunch": False, "weights_held_all": True,
+    serving = {"spark-1": {"sparkserve_rank": 0, "engine_relaunch": False, "weights_held_all": True,
                            "release_upgrade": False},
-               "spark-2": {"sparkserve_rank": 1, "__engine_relaunch": False, "weights_held_all": True,
+               "spark-2": {"sparkserve_rank": 1, "engine_relaunch": False, "weights_held_all": True,
                            "release_upgrade": False}}
     idle = ["Weights on every Spark", "Launch the engine", "Roll back to the serving release when the new one failed",
             "Monitor the deployment", "End the run"]
@@ -115,9 +115,9 @@ def test_a_play_with_nothing_to_do_has_no_host() -> None:
         return {"spark-1": {**serving["spark-1"], **facts}, "spark-2": serving["spark-2"]}
 
     assert play_hosts(deploy["Weights on every Spark"], changed(weights_held_all=False)) == ["sparks"]
-    assert play_hosts(deploy["Launch the engine"], changed(__engine_relaunch=True)) == ["sparks"]
+    assert play_hosts(deploy["Launch the engine"], changed(engine_relaunch=True)) == ["sparks"]
     assert play_hosts(deploy["Say where each deployment serves, when no rank started"],
-                      changed(__engine_relaunch=True)) == []
+                      changed(engine_relaunch=True)) == []
     assert play_hosts(deploy["Roll back to the serving release when the new one failed"],
                       changed(release_failure="readiness: ...")) == ["sparks"]
     assert play_hosts(deploy["Monitor the deployment"], changed(sparkserve_monitoring=True)) == ["sparks"]

@@ -24,13 +24,13 @@ def test_a_node_the_inventory_does_not_hold_is_left_out() -> None:
 
 
 def test_relaunching_is_any_spark_whose_ranks_must_start() -> None:
-    assert relaunching(GROUPS, {host: {"__engine_relaunch": False} for host in GROUPS["sparks"]}) is False
-    assert relaunching(GROUPS, {"spark-1": {"__engine_relaunch": False}, "spark-2": {"__engine_relaunch": "True"},
-                                "spark-3": {"__engine_relaunch": False}}) is True
-    assert relaunching(GROUPS, {"spark-1": {"__engine_relaunch": "false"}, "spark-2": {"__engine_relaunch": "no"},
-                                "spark-3": {"__engine_relaunch": 0}}) is False
+    assert relaunching(GROUPS, {host: {"engine_relaunch": False} for host in GROUPS["sparks"]}) is False
+    assert relaunching(GROUPS, {"spark-1": {"engine_relaunch": False}, "spark-2": {"engine_relaunch": "True"},
+                                "spark-3": {"engine_relaunch": False}}) is True
+    assert relaunching(GROUPS, {"spark-1": {"engine_relaunch": "false"}, "spark-2": {"engine_relaunch": "no"},
+                                "spark-3": {"engine_relaunch": 0}}) is False
 
 
 def test_a_spark_that_noted_nothing_counts_as_one_to_start() -> None:
-    assert relaunching(GROUPS, {"spark-1": {"__engine_relaunch": False}, "spark-2": {}}) is True
+    assert relaunching(GROUPS, {"spark-1": {"engine_relaunch": False}, "spark-2": {}}) is True
     assert relaunching({"all": ["localhost"]}, {}) is False
