@@ -16,7 +16,7 @@ description:
     restarted dockerd would stop the ranks),
     and the same score on its running main process now (its C(MainPID), as C(choom -p) sets it).
   - Lowering a score needs C(CAP_SYS_RESOURCE). A node whose module process lacks it (a container) is left
-    as it is; RV(protected) is false and RV(reason) says why.
+    as it is, with a warning; RV(protected) is false and RV(reason) says why.
   - A service that does not run (no main process) gets its drop-in only.
   - Runs on the node's python3 with nothing but its standard library.
 extends_documentation_fragment:
@@ -201,6 +201,9 @@ def main(runner: Runner = run_command) -> None:
         module.fail_json(msg=str(err), changed=False)
     except OSError as err:
         module.fail_json(msg=f"cannot write a drop-in: {err.strerror} ({err.filename})", changed=False)
+    if not result["protected"]:
+        module.warn(f"cannot lower OOM scores here ({result['reason']}); "
+                    f"{', '.join(params['services'])} are left as they are")
     module.exit_json(**result)
 
 

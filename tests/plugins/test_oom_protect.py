@@ -91,6 +91,9 @@ def test_a_node_without_cap_sys_resource_is_left_as_it_is(node: Path, capsys: py
     result = run_main(node, systemd, capsys)
     assert result == {**result, "changed": False, "protected": False, "changed_paths": [], "adjusted": []}
     assert result["reason"] == "no CAP_SYS_RESOURCE, as in a container"
+    assert [warning["event"]["msg"] for warning in result["warnings"]] == [
+        "cannot lower OOM scores here (no CAP_SYS_RESOURCE, as in a container); ssh, docker, containerd are left as "
+        "they are"]
     assert snapshot(node) == before and systemd.calls == []
 
 
