@@ -13,8 +13,11 @@ version_added: "0.6.0"
 description:
   - The context play's recipe role notes on every Spark the node the gateway runs on (C(recipe_gateway_node),
     empty when the inventory runs no gateway). A play of the gateway (its render check in the preflight, its
-    install in the deploy pipeline) runs on that node alone, named once, when the inventory holds it.
-  - Empty when no Spark noted one (no gateway, or the context play has not run).
+    install in the deploy pipeline) runs on that node alone, named once, as the inventory names the node: its
+    host in the C(nodes) group where several deployments share the inventory (each rank a host named
+    DEPLOYMENT@NODE, one host of each node in C(nodes)), else the Spark of that name.
+  - Empty when no Spark noted one (no gateway, or the context play has not run), or the inventory holds no host
+    of that node.
 options:
   _input:
     description: The magic variable C(groups).
@@ -33,7 +36,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _value:
-  description: The gateway's node, or nothing.
+  description: The inventory host of the gateway's node, or nothing.
   type: list
   elements: str
 """
@@ -47,12 +50,17 @@ def relaunching(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, Any]
 
 
 def gateway_hosts(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, Any]) -> list[str]:
-    """The recipe_gateway_node each Spark noted, once each, in the order of the sparks group, if in the inventory."""
+    """The host of each node a Spark noted as the gateway's (recipe_gateway_node), once each, in the order of the
+    sparks group: the node's host in the nodes group (a fleet's inventory), else the Spark named as the node."""
+    host_of_node: dict[str, str] = {}
+    for host in groups.get("nodes") or groups.get("sparks", []):
+        node = hostvars[host].get("sparkserve_node", host) if host in hostvars else host
+        host_of_node.setdefault(str(node), host)
     found: list[str] = []
     for host in groups.get("sparks", []):
-        node = hostvars[host].get("recipe_gateway_node", "") if host in hostvars else ""
-        if node and node not in found and node in groups.get("all", []):
-            found.append(str(node))
+        target = host_of_node.get(str(hostvars[host].get("recipe_gateway_node", "") if host in hostvars else ""))
+        if target and target not in found:
+            found.append(target)
     return found
 
 

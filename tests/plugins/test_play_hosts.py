@@ -23,6 +23,18 @@ def test_a_node_the_inventory_does_not_hold_is_left_out() -> None:
     assert gateway_hosts(GROUPS, hostvars) == ["spark-1"]
 
 
+def test_in_a_fleet_the_gateway_runs_on_the_node_s_host_of_the_nodes_group() -> None:
+    # Two deployments share spark-1; a host of molecule's named as the node itself holds no Spark's variables.
+    groups = {"all": ["a@spark-1", "b@spark-1", "b@spark-2", "spark-1", "localhost"],
+              "sparks": ["a@spark-1", "b@spark-1", "b@spark-2"], "nodes": ["b@spark-1", "b@spark-2"]}
+    hostvars = {host: {"recipe_gateway_node": "spark-1", "sparkserve_node": host.split("@")[1]}
+                for host in groups["sparks"]}
+    assert gateway_hosts(groups, hostvars) == ["b@spark-1"]
+    assert gateway_hosts(groups, {**hostvars, "a@spark-1": {"recipe_gateway_node": "spark-2",
+                                                            "sparkserve_node": "spark-1"}}) == ["b@spark-2",
+                                                                                                "b@spark-1"]
+
+
 def test_relaunching_is_any_spark_whose_ranks_must_start() -> None:
     assert relaunching(GROUPS, {host: {"engine_relaunch": False} for host in GROUPS["sparks"]}) is False
     assert relaunching(GROUPS, {"spark-1": {"engine_relaunch": False}, "spark-2": {"engine_relaunch": "True"},
