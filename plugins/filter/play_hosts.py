@@ -13,8 +13,8 @@ version_added: "0.6.0"
 description:
   - The context play's recipe role notes on every Spark the node the gateway runs on (C(recipe_gateway_node),
     empty when the inventory runs no gateway). A play of the gateway (its render check in the preflight, its
-    install in the deploy pipeline) runs on that node alone, named once, as the inventory names the node: its
-    host in the C(nodes) group where several deployments share the inventory (each rank a host named
+    install in the deploy pipeline) runs on that node alone, named once, as the inventory names the node, that
+    is its host in the C(nodes) group where several deployments share the inventory (each rank a host named
     DEPLOYMENT@NODE, one host of each node in C(nodes)), else the Spark of that name.
   - Empty when no Spark noted one (no gateway, or the context play has not run), or the inventory holds no host
     of that node.
