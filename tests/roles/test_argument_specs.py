@@ -162,13 +162,11 @@ def test_a_role_reading_a_shared_variable_depends_on_the_shared_role(role: str) 
                                         f"the {SHARED} role among its dependencies")
 
 
-def test_the_shared_role_is_defaults_and_the_library_install_and_every_name_is_read() -> None:
-    assert sorted(p.name for p in (ROLES / SHARED).iterdir() if p.is_dir()) == [
-        "defaults", "files", "meta", "tasks", "vars"]
-    # Its only tasks install the node library (sparkserve_node_library), imported by the roles whose programs
-    # use it; there is no main.yml, so that depending on the role runs no task. files/ holds only the library
-    # under the name the programs import it by (a link, for the tests and mypy).
-    assert sorted(p.name for p in (ROLES / SHARED / "tasks").iterdir()) == ["node_library.yml"]
+def test_the_shared_role_is_defaults_and_the_library_files_and_every_name_is_read() -> None:
+    # No tasks: depending on the role runs none. Its vars give the node library (sparkserve_node_library) as the
+    # roles whose programs import it install it; files/ holds only the library under the name the programs
+    # import it by (a link, for the tests and mypy).
+    assert sorted(p.name for p in (ROLES / SHARED).iterdir() if p.is_dir()) == ["defaults", "files", "meta", "vars"]
     link = ROLES / SHARED / "files" / "sparkserve_node"
     assert [p.name for p in (ROLES / SHARED / "files").iterdir()] == [link.name]
     assert link.is_symlink() and link.resolve() == ROOT / "plugins" / "module_utils" / "node"
@@ -179,9 +177,8 @@ def test_the_shared_role_is_defaults_and_the_library_install_and_every_name_is_r
     # sparkserve_data_dir and the like are read by the shared defaults below them.
     inside = {name for name in names if any(re.search(rf"\b{name}\b", str(value))
                                              for key, value in defaults(SHARED).items() if key != name)}
-    # sparkserve_node_library and the like are read by the role's own install of the node library.
-    own = " ".join(path.read_text(encoding="utf-8") for folder in ("tasks", "vars")
-                   for path in sorted((ROLES / SHARED / folder).glob("*.yml")))
+    # sparkserve_node_library and the like are read by the role's own list of the node library's files.
+    own = " ".join(path.read_text(encoding="utf-8") for path in sorted((ROLES / SHARED / "vars").glob("*.yml")))
     inside |= {name for name in names if re.search(rf"\b{name}\b", own)}
     unread = sorted(name for name in names - by_roles - inside if not re.search(rf"\b{name}\b", playbooks))
     assert not unread, f"roles/{SHARED} defines what no role reads: {unread}"

@@ -21,9 +21,6 @@ from tests.roles.test_shared_paths import ROOT, flat, local_vars, run_play
 GIB = 1024**3
 UNIT = "sparkserve-memguard.service"
 OLD = "sparkserve-memguard@old.service"
-# The node library first, as the engine's prepare installs it before the guard.
-LIBRARY_FIRST = [{"name": "Install the node library", "ansible.builtin.include_role": {
-    "name": "sparkserve", "tasks_from": "node_library"}, "when": "sparkserve_node_library_installed is not defined"}]
 
 # systemctl as the systemd_service module and the role's tasks call it. A unit exists when its file (or, for
 # an instance NAME@X.service, its template NAME@.service) is in the systemd folder; enabling one links it in
@@ -188,7 +185,6 @@ class Node:
                           "tasks": [{"name": "Mark", "ansible.builtin.command": {
                               "argv": ["systemctl", "marker", f"{self.runs}.{number}"]}, "changed_when": False}]})
             plays.append({"name": f"Guard {host} {state}", "hosts": host, "gather_facts": False,
-                          "pre_tasks": LIBRARY_FIRST,
                           "roles": [{"role": "memguard", "vars": {"memguard_state": state}}],
                           # What the install wrote (present only), for the double's log.
                           "tasks": [{"name": "Note the paths written", "ansible.builtin.command": {
@@ -257,7 +253,7 @@ def test_two_deployments_share_one_unit_and_the_old_units_are_retired(node: Node
 def test_a_bad_settings_file_of_another_deployment_fails_the_check(node: Node) -> None:
     node.config_dir.mkdir(parents=True)
     (node.config_dir / "gamma.json").write_text('{"deployment": "gamma"}', encoding="utf-8")
-    plays = [{"name": "Guard", "hosts": "alpha", "gather_facts": False, "pre_tasks": LIBRARY_FIRST,
+    plays = [{"name": "Guard", "hosts": "alpha", "gather_facts": False,
               "roles": ["memguard"]}]
     inventory = {"sparks": {"hosts": {"alpha": node.host("alpha", priority=0, at_boot=False)}}}
     done = run_play(node.root, plays, inventory, "-e", json.dumps({"__memguard_systemd_dir": str(node.units)}),

@@ -4,7 +4,7 @@ its textfile module.
 The memory guard, the flusher and the supervisor import the library; their own tests cover the families each
 writes. Here: the exposition text (escaping, values), the writer (an atomic replace at mode 0644, a failure said
 once, the removal), the syntax the nodes' python3 reads, the layout the roles install (the library once, in its
-own folder, put on PYTHONPATH by the programs' units) and the tasks that install it.
+own folder, put on PYTHONPATH by the programs' units) and the tasks that install it with each program.
 """
 
 from __future__ import annotations
@@ -15,12 +15,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import jinja2
 import pytest
 import yaml
 from sparkserve_node import textfile
 
-from ansible_collections.sparkserve.deploy.plugins.filter.node_name import node_name
 from tests.roles import exposition, node_layout
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,7 +27,7 @@ PROGRAMS = {
     "flusher": "roles/flusher/files/sparkserve-flusher.py",
     "supervisor": "roles/supervisor/files/sparkserve-supervisor.py",
 }
-# Each role's tasks file that installs its program (sparkserve.deploy.node_files), after the node library.
+# Each role's tasks file that installs its program and the node library (one sparkserve.deploy.node_files).
 INSTALL_TASKS = {
     "memguard": "roles/memguard/tasks/present.yml",
     "flusher": "roles/flusher/tasks/main.yml",
@@ -250,40 +248,34 @@ def tasks(path: str) -> list[dict[str, object]]:
     return loaded
 
 
-LIBRARY_GUARD = "sparkserve_node_library_installed is not defined"
-
-
-def _installs_library(task: dict[str, object]) -> bool:
-    """A task that runs the sparkserve role's node_library tasks (its settings checked once, at the run's start)."""
-    step = task.get("ansible.builtin.include_role") or task.get("ansible.builtin.import_role")
-    return (isinstance(step, dict) and step.get("name") == "sparkserve" and step.get("tasks_from") == "node_library"
-            and step.get("rolespec_validate") is False and task.get("when") == LIBRARY_GUARD)
-
-
 @pytest.mark.parametrize("role", sorted(INSTALL_TASKS))
-def test_each_role_installs_its_program_without_the_library_itself(role: str) -> None:
+def test_each_role_installs_its_program_with_the_library_in_one_call(role: str) -> None:
+    # The library comes with each program, in the same round trip: whichever program a run installs first, the
+    # node has what it imports, and a run that changes nothing makes no call of the library's own.
     steps = tasks(INSTALL_TASKS[role])
-    installs = [i for i, task in enumerate(steps) if "sparkserve.deploy.node_files" in task]
+    installs = [task for task in steps if "sparkserve.deploy.node_files" in task]
     assert len(installs) == 1
-    files = steps[installs[0]]["sparkserve.deploy.node_files"]["files"]  # type: ignore[index]
-    assert not [f for f in files if "node_library" in str(f) or "sparkserve_textfile" in str(f)]
+    install = installs[0]["sparkserve.deploy.node_files"]
+    assert install["directories"] == f"{{{{ __sparkserve_node_library_directories + __{role}_directories }}}}"
+    assert install["files"] == f"{{{{ __sparkserve_node_library_files + __{role}_files }}}}"
+    assert install["absent"] == "{{ __sparkserve_node_library_absent }}"
+    own = installs[0]["vars"][f"__{role}_files"]
+    assert not [f for f in own if "node_library" in str(f) or "sparkserve_textfile" in str(f)]
     program = (ROOT / f"roles/{role}/vars/main.yml").read_text(encoding="utf-8")
     assert f'"{{{{ sparkserve_programs_dir }}}}/{Path(PROGRAMS[role]).name}"' in program
 
 
-def test_the_library_is_installed_once_before_the_flusher_and_the_guard_and_by_the_supervisor() -> None:
-    # The engine's prepare, which every launch runs first, installs it before the flusher and the guard (whose
-    # roles do not, to keep a run that changes nothing short); the supervisor, also run alone, includes it.
-    prepare = tasks("roles/engine/tasks/prepare.yml")
-    library = [i for i, task in enumerate(prepare) if _installs_library(task)]
-    roles = [str((task.get("ansible.builtin.import_role") or {}).get("name")) for task in prepare]  # type: ignore[union-attr]
-    assert len(library) == 1 and library[0] < roles.index("flusher") < roles.index("memguard")
-    for role in ("flusher", "memguard"):
-        assert not [task for task in tasks(INSTALL_TASKS[role]) if _installs_library(task)]
-    supervisor = tasks(INSTALL_TASKS["supervisor"])
-    includes = [i for i, task in enumerate(supervisor) if _installs_library(task)]
-    installs = [i for i, task in enumerate(supervisor) if "sparkserve.deploy.node_files" in task]
-    assert len(includes) == 1 and includes[0] < installs[0]
+def test_no_task_installs_the_library_alone_and_the_weights_seeder_gets_it_with_the_download_program() -> None:
+    assert not (ROOT / "roles/sparkserve/tasks").exists()
+    everything = " ".join(path.read_text(encoding="utf-8") for path in ROOT.glob("roles/*/tasks/*.yml"))
+    assert "tasks_from: node_library" not in everything and "sparkserve_node_library_installed" not in everything
+    [install] = [task for task in tasks("roles/weights/tasks/rsyncd.yml") if "sparkserve.deploy.node_files" in task]
+    args = install["sparkserve.deploy.node_files"]
+    assert "__sparkserve_node_library_files if __weights_downloads" in " ".join(args["files"].split())
+    assert args["directories"].endswith("(__sparkserve_node_library_directories if __weights_downloads else []) }}")
+    assert args["absent"] == "{{ __sparkserve_node_library_absent if __weights_downloads else [] }}"
+    assert install["vars"]["__weights_downloads"] == (
+        "{{ inventory_hostname == weights_seeder and not weights_offline | bool }}")
 
 
 @pytest.mark.parametrize("role", sorted(PROGRAMS))
@@ -295,20 +287,14 @@ def test_each_unit_puts_the_library_on_pythonpath_and_names_its_fingerprint(role
     assert "{{ __sparkserve_node_library_fingerprint }}" in unit  # a changed library changes the unit
 
 
-def test_the_install_writes_every_python_file_of_the_library_and_removes_what_it_no_longer_has() -> None:
-    steps = tasks("roles/sparkserve/tasks/node_library.yml")
-    assert [next(k for k in task if "." in k) for task in steps] == [
-        "sparkserve.deploy.node_files", "ansible.builtin.set_fact"]
-    install = steps[0]["sparkserve.deploy.node_files"]
-    assert install["files"] == "{{ __sparkserve_node_library_files }}"  # type: ignore[index]
-    # One round trip: the Python files the library no longer has go in the same task.
-    assert install["directories"][1] == {"path": "{{ __sparkserve_node_library_package }}",  # type: ignore[index]
-                                         "prune": "*.py"}
-    assert install["absent"] == ["{{ sparkserve_programs_dir }}/sparkserve_textfile.py"]  # type: ignore[index]
-    # Noted on every inventory host of the node, so a second deployment there does not install it again.
-    assert steps[1]["ansible.builtin.set_fact"] == {"sparkserve_node_library_installed": True}  # type: ignore[index]
-    assert steps[1]["delegate_facts"] is True and steps[1]["loop"] == "{{ __sparkserve_node_hosts }}"
+def test_the_library_is_every_python_file_and_its_package_keeps_nothing_else() -> None:
     variables = yaml.safe_load((ROOT / "roles/sparkserve/vars/main.yml").read_text(encoding="utf-8"))
+    assert variables["__sparkserve_node_library_files"].count("query('ansible.builtin.file'") == 1
+    # The Python files the library no longer has go in the same call.
+    assert variables["__sparkserve_node_library_directories"] == [
+        {"path": "{{ sparkserve_node_library_dir }}"},
+        {"path": "{{ __sparkserve_node_library_package }}", "prune": "*.py"}]
+    assert variables["__sparkserve_node_library_absent"] == ["{{ sparkserve_programs_dir }}/sparkserve_textfile.py"]
     assert variables["__sparkserve_node_library_package"] == "{{ sparkserve_node_library_dir }}/sparkserve_node"
     assert "reject('search', '__pycache__')" in variables["__sparkserve_node_library_paths"]
 
@@ -320,22 +306,3 @@ def test_the_shared_variables_name_the_library_below_the_project_and_its_node_fo
     assert Path(library) == node_layout.NODE_LIBRARY
     assert Path(textfile.__file__).resolve().parent == node_layout.NODE_LIBRARY
     assert defaults["sparkserve_node_library_dir"] == "{{ sparkserve_programs_dir }}/python"
-
-
-@pytest.mark.parametrize(("host", "node_of", "expected"), [
-    # Several deployments: each rank is its own inventory host, sparkserve_node names its node.
-    ("lab-tp1@spark-1", {"lab-tp2@spark-1": "spark-1", "lab-tp2@spark-2": "spark-2", "lab-tp1@spark-1": "spark-1"},
-     ["lab-tp2@spark-1", "lab-tp1@spark-1"]),
-    # A plain inventory of one deployment: each host is its own node.
-    ("spark-2", {"spark-1": None, "spark-2": None}, ["spark-2"]),
-])
-def test_the_library_is_noted_on_every_host_of_the_play_on_the_same_node(
-        host: str, node_of: dict[str, str | None], expected: list[str]) -> None:
-    expression = yaml.safe_load((ROOT / "roles/sparkserve/vars/main.yml").read_text("utf-8"))["__sparkserve_node_hosts"]
-    environment = jinja2.Environment()
-    environment.filters["sparkserve.deploy.node_name"] = node_name
-    environment.filters["zip"] = lambda first, *others: list(zip(first, *others, strict=False))  # Ansible's zip
-    hostvars = {name: ({"sparkserve_node": node} if node else {}) for name, node in node_of.items()}
-    rendered = environment.from_string(expression).render(
-        ansible_play_hosts_all=list(node_of), hostvars=hostvars, inventory_hostname=host)
-    assert ast.literal_eval(rendered.strip()) == expected
