@@ -240,7 +240,7 @@ from typing import Any, Mapping, Sequence
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkserve.deploy.plugins.module_utils.node.files import write_atomic
+from ansible_collections.sparkserve.deploy.plugins.module_utils.node.files import with_block, write_atomic
 from ansible_collections.sparkserve.deploy.plugins.module_utils.node.process import Runner, run_command
 from ansible_collections.sparkserve.deploy.plugins.module_utils.node.units import UnitError
 from ansible_collections.sparkserve.deploy.plugins.module_utils.node.units import keep_running as keep_unit_running
@@ -605,20 +605,6 @@ def apply(action: Action) -> None:
             pass
     else:
         write_atomic(action.path, action.data, action.mode)
-
-
-def with_block(text: str, marker: str, block: str) -> str:
-    """TEXT with the lines between # BEGIN MARKER and # END MARKER made BLOCK (added at the end when absent)."""
-    begin, end = f"# BEGIN {marker}", f"# END {marker}"
-    lines = text.splitlines()
-    body = [begin, *block.splitlines(), end] if block.strip() else []
-    if begin in lines and end in lines[lines.index(begin):]:
-        first = lines.index(begin)
-        last = lines.index(end, first)
-        lines[first:last + 1] = body
-    else:
-        lines += body
-    return "".join(line + "\n" for line in lines)
 
 
 def block_files(blocks: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -1,5 +1,6 @@
 #!/usr/bin/python
-"""Keep this node's ssh key for its peers, and read it with the node's ssh host key, in one call."""
+"""Keep this node's ssh key for its peers, and read it with the node's ssh host key (and the blocks of lines the
+access stage keeps in the node's ssh files), in one call."""
 
 from __future__ import annotations
 
@@ -20,6 +21,10 @@ description:
   - A private key C(ssh-keygen) cannot read (a passphrase, another format, a damaged file), or a path that is
     not a regular file, is refused and left as it is; the module fails naming it, and nothing is written.
   - A host key that cannot be read fails the module before anything is written.
+  - With O(blocks), it also reads, for each file and marker, the lines the access stage keeps between
+    C(# BEGIN MARKER) and C(# END MARKER) (RV(blocks)), so that the writer of those blocks
+    (M(sparkserve.deploy.node_files) O(sparkserve.deploy.node_files#module:blocks)) is called only when one of
+    them is not what it would write.
   - Runs on the node's python3 with nothing but its standard library, and the node's C(ssh-keygen).
 extends_documentation_fragment:
   - sparkserve.deploy.attributes
@@ -40,6 +45,20 @@ options:
     description: The public key of the node's sshd that its peers will know it by.
     type: path
     default: /etc/ssh/ssh_host_ed25519_key.pub
+  blocks:
+    description: Files and markers whose blocks of lines to read (nothing is written to them).
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      path:
+        description: Absolute path of the file.
+        type: path
+        required: true
+      marker:
+        description: What the marker lines say after C(# BEGIN) and C(# END).
+        type: str
+        required: true
 notes:
   - Owner and group are not managed; a new key belongs to the user the module runs as.
 author:
@@ -75,6 +94,19 @@ fixed:
   type: list
   elements: str
   sample: ["public key"]
+blocks:
+  description:
+    - For each of O(blocks), in order, what P(sparkserve.deploy.blocks_in_place#filter) compares with the block a
+      writer would put there.
+    - C(exists) and C(readable) (UTF-8 text); for a readable file its C(mode) (octal digits), C(tidy) (every line
+      of the file ends with a newline) and C(marked) (its lines from C(# BEGIN MARKER) to the first
+      C(# END MARKER) after it, the markers included; null when they are not there).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"path": "/root/.ssh/known_hosts", "marker": "sparkserve peers", "exists": true, "readable": true,
+            "mode": "0644", "tidy": true, "marked": ["# BEGIN sparkserve peers", "spark-2 ssh-ed25519 AAAA...",
+                                                     "# END sparkserve peers"]}]
 """
 
 import os
@@ -84,7 +116,7 @@ from typing import Any, List, Optional, Tuple
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkserve.deploy.plugins.module_utils.node.files import write_atomic
+from ansible_collections.sparkserve.deploy.plugins.module_utils.node.files import read_block, write_atomic
 from ansible_collections.sparkserve.deploy.plugins.module_utils.node.process import Runner, one_line, run_command
 
 KEYGEN_TIMEOUT_S = 60.0
@@ -205,6 +237,10 @@ def main(runner: Runner = run_command) -> None:
             "path": {"type": "path", "required": True},
             "comment": {"type": "str", "default": ""},
             "host_key": {"type": "path", "default": "/etc/ssh/ssh_host_ed25519_key.pub"},
+            "blocks": {"type": "list", "elements": "dict", "default": [], "options": {
+                "path": {"type": "path", "required": True},
+                "marker": {"type": "str", "required": True},
+            }},
         },
         supports_check_mode=True,
     )
@@ -219,7 +255,8 @@ def main(runner: Runner = run_command) -> None:
     except OSError as err:
         module.fail_json(msg=f"cannot write the key {path}: {err.strerror}")
     result: dict[str, Any] = {"changed": made or bool(fixed), "public_key": public, "host_key": host_key,
-                              "made": made, "fixed": fixed}
+                              "made": made, "fixed": fixed,
+                              "blocks": [read_block(b["path"], b["marker"]) for b in module.params["blocks"]]}
     module.exit_json(**result)
 
 

@@ -110,3 +110,28 @@ def test_a_key_path_that_is_a_directory_is_refused(node: Path, capsys: pytest.Ca
     (node / "home" / ".ssh" / "id_peer").mkdir(parents=True)
     result = run_main(args(node), capsys)
     assert result["failed"] is True and "is there and is not a regular file" in result["msg"]
+
+
+def test_the_blocks_asked_for_are_read_and_nothing_is_written_to_them(
+        node: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ssh = node / "home" / ".ssh"
+    ssh.mkdir(parents=True)
+    known = ssh / "known_hosts"
+    known.write_text("other ssh-rsa AAAA\n# BEGIN sparkserve peers\nspark-2 ssh-ed25519 BBBB\n"
+                     "# END sparkserve peers\n")
+    known.chmod(0o644)
+    (ssh / "config").write_bytes(b"\xff\xfe not text")
+    asked = [{"path": str(known), "marker": "sparkserve peers"},
+             {"path": str(ssh / "config"), "marker": "sparkserve peers"},
+             {"path": str(ssh / "authorized_keys"), "marker": "sparkserve peers"}]
+    before = snapshot(ssh)
+    result = run_main(args(node, blocks=asked), capsys)
+    assert result["blocks"] == [
+        {"path": str(known), "marker": "sparkserve peers", "exists": True, "readable": True, "mode": "0644",
+         "tidy": True, "marked": ["# BEGIN sparkserve peers", "spark-2 ssh-ed25519 BBBB", "# END sparkserve peers"]},
+        {"path": str(ssh / "config"), "marker": "sparkserve peers", "exists": True, "readable": False},
+        {"path": str(ssh / "authorized_keys"), "marker": "sparkserve peers", "exists": False, "readable": False}]
+    # Only the key was made; the files read are as they were.
+    after = snapshot(ssh)
+    assert {k: v for k, v in after.items() if "id_peer" not in k} == before
+    assert run_main(args(node), capsys)["blocks"] == []

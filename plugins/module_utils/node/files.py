@@ -1,10 +1,12 @@
-"""Writing files on a node: a whole file replaced atomically, and one line appended durably."""
+"""Writing files on a node: a whole file replaced atomically, one line appended durably, and a block of lines
+between markers in a file others write too."""
 
 from __future__ import annotations
 
 import itertools
 import os
-from typing import Optional, Union
+import stat
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 # Temporary names unique within this process (with its pid): chosen before the file is made, so that whatever
 # interrupts the write (a signal raised at any bytecode) knows the name to remove.
@@ -88,3 +90,67 @@ def room_problem(folder: str, needed: int, what: str) -> Optional[str]:
         return None
     return (f"no room for {what} under {folder}: {size_text(needed)} still to write, {size_text(free)} free on its "
             f"file system; free {size_text(needed - free)} or more there (old revisions, other files) and run again")
+
+
+def _markers(marker: str) -> Tuple[str, str]:
+    return f"# BEGIN {marker}", f"# END {marker}"
+
+
+def _marked_span(lines: List[str], begin: str, end: str) -> Optional[Tuple[int, int]]:
+    """The index of the first BEGIN line and of the first END line after it; None when either is missing."""
+    if begin in lines and end in lines[lines.index(begin):]:
+        first = lines.index(begin)
+        return first, lines.index(end, first)
+    return None
+
+
+def _block_body(marker: str, block: str) -> List[str]:
+    """The lines BLOCK becomes with its markers; none for an empty BLOCK (it removes the markers)."""
+    begin, end = _markers(marker)
+    return [begin, *block.splitlines(), end] if block.strip() else []
+
+
+def with_block(text: str, marker: str, block: str) -> str:
+    """TEXT with the lines between # BEGIN MARKER and # END MARKER (the markers included) made BLOCK with its
+    markers, added at the end when they are not there; an empty BLOCK removes them. Every line of the result
+    ends with a newline."""
+    lines = text.splitlines()
+    span = _marked_span(lines, *_markers(marker))
+    if span:
+        lines[span[0]:span[1] + 1] = _block_body(marker, block)
+    else:
+        lines += _block_body(marker, block)
+    return "".join(line + "\n" for line in lines)
+
+
+def block_state(text: str, marker: str) -> Dict[str, Any]:
+    """What tells, without TEXT itself, whether with_block would leave it as it is (block_in_place): whether
+    TEXT is lines that each end with a newline (tidy), and its marked lines, the markers included (None when
+    they are not there)."""
+    lines = text.splitlines()
+    span = _marked_span(lines, *_markers(marker))
+    return {"tidy": text == "".join(line + "\n" for line in lines),
+            "marked": lines[span[0]:span[1] + 1] if span else None}
+
+
+def block_in_place(state: Mapping[str, Any], marker: str, block: str) -> bool:
+    """Whether with_block(TEXT, MARKER, BLOCK) is TEXT itself, from block_state(TEXT, MARKER)."""
+    body = _block_body(marker, block)
+    marked = state.get("marked")
+    return bool(state.get("tidy")) and (marked == body if marked is not None else not body)
+
+
+def read_block(path: str, marker: str) -> Dict[str, Any]:
+    """block_state of the file at PATH with its path, marker and mode (octal digits); exists is False when
+    there is no file, and readable False (and no state) when it is not UTF-8 text or cannot be read."""
+    found: Dict[str, Any] = {"path": path, "marker": marker, "exists": os.path.lexists(path), "readable": False}
+    if not found["exists"]:
+        return found
+    try:
+        with open(path, encoding="utf-8", newline="") as handle:  # its line ends as they are
+            text = handle.read()
+        found["mode"] = f"{stat.S_IMODE(os.stat(path).st_mode):04o}"
+    except (OSError, UnicodeDecodeError):
+        return found
+    found.update(block_state(text, marker), readable=True)
+    return found
