@@ -31,8 +31,10 @@ description:
     a link range (a Spark's ports, link k from port 0 of node k to port 1 of node k+1); the lab builds its
     networks from it. Its input is the node names, its arguments the range and the prefix length.
   - C(fabric_slow_twins) - the twins of O(node) whose RDMA port links at a lower speed than the fastest twin
-    of the fabric, one sentence each, from every node's M(sparkserve.deploy.roce_facts) result registered as
-    C(__fabric_roce) (nodes without it are left out).
+    of the fabric, one sentence each, from every node's RoCE facts as the fabric role registered them this run
+    (the M(sparkserve.deploy.roce_facts) result C(__fabric_roce), else the
+    RV(sparkserve.deploy.fabric_network#module:roce) of C(__fabric_network_result); nodes with neither are left
+    out).
 positional: hostvars, node
 options:
   _input:
@@ -89,11 +91,20 @@ def fabric_ring_layout(names: Sequence[str], link_range: str, prefix: int) -> di
             for name, node in layout.items()}
 
 
+def registered_roce(variables: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A node's RoCE facts of this run: its own read (roce_facts), else the one its fabric configuration made."""
+    for name in ("__fabric_roce", "__fabric_network_result"):
+        facts = (variables.get(name) or {}).get("roce")
+        if facts:
+            return facts
+    return {}
+
+
 def fabric_slow_twins(names: Sequence[str], hostvars: Mapping[str, Any], node: str) -> list[str]:
     """The twins of ``node`` slower than the fabric's fastest, from each node's registered RoCE facts."""
     rates: dict[str, dict[str, Any]] = {}
     for host in names:
-        facts = ((hostvars.get(host) or {}).get("__fabric_roce") or {}).get("roce") or {}
+        facts = registered_roce(hostvars.get(host) or {})
         devices = {device.get("name"): device.get("rate") for device in facts.get("devices") or []}
         if devices:
             rates[_node_name(hostvars, host)] = devices

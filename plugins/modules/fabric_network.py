@@ -92,6 +92,39 @@ options:
         check (tests use a temporary folder). Commands are run as they are, whatever it is.
     type: path
     default: /
+  roce:
+    description:
+      - When given, and the call changed nothing (the twins already held their addresses, and the unit ran), the
+        node's RoCE devices are read in the same call as M(sparkserve.deploy.roce_facts) reads them, with these
+        options of it (RV(roce)), so that a run that changes nothing needs no call of its own for them. After a
+        change nothing is read (the kernel fills the GID table as the addresses come up), and the caller reads
+        it in a call of its own (so does it when RV(roce) has problems, to fail as M(sparkserve.deploy.roce_facts)
+        fails).
+    type: dict
+    suboptions:
+      sysfs_root:
+        description: The RDMA sysfs tree.
+        type: path
+        default: /sys/class/infiniband
+      net_root:
+        description: The network interfaces' sysfs tree.
+        type: path
+        default: /sys/class/net
+      devices:
+        description: The RDMA devices, in the order of O(roce.addresses); empty for every device found.
+        type: list
+        elements: str
+        default: []
+      addresses:
+        description: The fabric addresses, one per device.
+        type: list
+        elements: str
+        default: []
+      gid_index_mode:
+        description: Whether the devices must share one RoCE v2 GID index (V(fixed)) or not (V(per_device)).
+        type: str
+        choices: [fixed, per_device]
+        default: fixed
 extends_documentation_fragment:
   - sparkserve.deploy.attributes
 attributes:
@@ -154,6 +187,16 @@ addresses:
   returned: always
   type: dict
   sample: {"enp1s0f0np0": ["10.77.1.11/24"], "enp1s0f1np1": ["10.77.2.11/24"]}
+roce:
+  description:
+    - The RoCE devices as RV(sparkserve.deploy.roce_facts#module:roce) gives them, problems included (this module
+      does not fail on them).
+  returned: when O(roce) is given and nothing changed
+  type: dict
+ansible_facts:
+  description: The fact C(sparkserve_roce), the same value as RV(roce).
+  returned: when RV(roce) is
+  type: dict
 diff:
   description:
     - With C(--diff), one entry per file written or removed, in the order of RV(files_written) then
@@ -184,6 +227,8 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkserve.deploy.plugins.module_utils.node.files import write_atomic
 from ansible_collections.sparkserve.deploy.plugins.module_utils.node.units import UnitError, keep_running
+from ansible_collections.sparkserve.deploy.plugins.module_utils.roce import ARGUMENT_SPEC as ROCE_SPEC
+from ansible_collections.sparkserve.deploy.plugins.module_utils.roce import gather as read_roce
 
 Runner = Callable[[Sequence[str]], "tuple[int, str, str]"]
 Clock = Callable[[], float]
@@ -598,6 +643,7 @@ def main(runner: Runner = run, clock: Clock = time.monotonic, sleep: Sleep = tim
             "wait_s": {"type": "float", "default": 30.0},
             "service": {"type": "str", "default": "systemd-networkd.service"},
             "root": {"type": "path", "default": "/"},
+            "roce": {"type": "dict", "options": {k: v for k, v in ROCE_SPEC.items() if k != "fail_on_problems"}},
         },
         supports_check_mode=True,
     )
@@ -607,7 +653,18 @@ def main(runner: Runner = run, clock: Clock = time.monotonic, sleep: Sleep = tim
         failed: dict[str, Any] = {"changed": False, **err.result}
         module.fail_json(msg=str(err), **failed)
         return
-    module.exit_json(**result)
+    module.exit_json(**result, **roce_unchanged(module.params["roce"], result["changed"]))
+
+
+def roce_unchanged(params: Mapping[str, Any] | None, changed: bool) -> dict[str, Any]:
+    """The RoCE facts, read when asked and nothing changed (see the docs); else nothing."""
+    if not params or changed:
+        return {}
+    try:
+        roce = read_roce(dict(params))
+    except ValueError:  # options roce_facts refuses: its own call says why
+        return {}
+    return {"roce": roce, "ansible_facts": {"sparkserve_roce": roce}}
 
 
 if __name__ == "__main__":

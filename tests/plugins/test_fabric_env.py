@@ -53,7 +53,7 @@ def render(mode: str, gid_index: int | None, extra: Mapping[str, str] | None = N
         ansible_managed="managed", inventory_hostname="spark-1", hostvars={"spark-1": NODE},
         fabric_host_ip_variable="VLLM_HOST_IP", fabric_sysfs_root="/sys/class/infiniband",
         fabric_gid_index_mode=mode, fabric_env_extra=dict(extra or {}),
-        __fabric_roce={"roce": {"gid_index": gid_index}},
+        __fabric_roce_read={"gid_index": gid_index},
     )
     return text.splitlines()
 

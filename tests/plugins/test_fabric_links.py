@@ -280,3 +280,19 @@ def test_unknown_rates_and_nodes_without_facts_are_left_out() -> None:
     hostvars["spark-a"]["__fabric_roce"] = roce({"rocep1s0f1": "", "roceP2p1s0f1": "200 Gb/sec (4X HDR)"})
     assert [fabric_slow_twins(NAMES, hostvars, name) for name in NAMES] == [[], [], []]
     assert rate_gbps("25 Gb/sec (1X EDR)") == 25.0 and rate_gbps(None) is None and rate_gbps("unknown") is None
+
+
+def test_the_rates_come_from_the_fabric_configuration_where_roce_facts_did_not_run() -> None:
+    # A run that changed nothing read the devices with fabric_network; roce_facts was skipped (its registered
+    # result has no roce), and one that ran is read first.
+    hostvars = copy.deepcopy(SWITCH)
+    full = {"rocep1s0f1": "200 Gb/sec (4X HDR)", "roceP2p1s0f1": "200 Gb/sec (4X HDR)"}
+    for name in NAMES:
+        hostvars[name]["__fabric_roce"] = {"skipped": True, "changed": False}
+        hostvars[name]["__fabric_network_result"] = dict(roce(full), changed=False)
+    hostvars["spark-c"]["__fabric_network_result"] = roce(dict(full, roceP2p1s0f1="100 Gb/sec (2X HDR)"))
+    assert fabric_slow_twins(NAMES, hostvars, "spark-a") == []
+    [slow] = fabric_slow_twins(NAMES, hostvars, "spark-c")
+    assert slow.startswith("spark-c: roceP2p1s0f1 (enP2p1s0f1np1) links at 100")
+    hostvars["spark-c"]["__fabric_roce"] = roce(full)
+    assert fabric_slow_twins(NAMES, hostvars, "spark-c") == []

@@ -18,6 +18,8 @@ import pytest
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.sparkserve.deploy.plugins.modules import fabric_network as fn
+from ansible_collections.sparkserve.deploy.plugins.modules import roce_facts as rf
+from tests.plugins.test_roce_facts import spark
 from tests.tree import snapshot
 
 # Each test may run a module's main(): as on a node (see tests/conftest.py).
@@ -491,3 +493,26 @@ def test_ip_output_is_read_per_interface() -> None:
 def test_the_real_runner_reports_a_missing_program() -> None:
     missing = "sparkserve-no-such-program-anywhere"
     assert fn.run([missing]) == (127, "", f"{missing}: not found")
+
+
+def test_the_roce_devices_are_read_in_the_same_call_only_when_nothing_changed(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sysfs = spark(tmp_path / "sysfs")
+    roce = {k: v for k, v in sysfs.items() if k != "fail_on_problems"}
+    root = node_root(tmp_path)
+    node = FakeNode()
+    # The first run applies the addresses: the GID table is read by a call of its own, after it.
+    first = run_main(dict(args(root), roce=roce), node, capsys)
+    assert first["changed"] is True and "roce" not in first and "ansible_facts" not in first
+    again = run_main(dict(args(root), roce=roce), node, capsys)
+    assert again["changed"] is False
+    assert again["roce"] == rf.gather(sysfs) and again["ansible_facts"] == {"sparkserve_roce": again["roce"]}
+    assert again["roce"]["gid_index"] == 3 and again["roce"]["problems"] == []
+    # Problems are returned, not failed on (roce_facts, called for them, fails naming them).
+    broken = spark(tmp_path / "broken", (3, 5))
+    said = run_main(dict(args(root), roce={k: v for k, v in broken.items() if k != "fail_on_problems"}), node, capsys)
+    assert not said.get("failed") and said["roce"]["problems"] == rf.gather(broken)["problems"] != []
+    # Options roce_facts refuses leave the read to its call; nothing asked, nothing read.
+    mismatched = dict(roce, addresses=roce["addresses"][:1])
+    assert "roce" not in run_main(dict(args(root), roce=mismatched), node, capsys)
+    assert "roce" not in run_main(args(root), node, capsys)
