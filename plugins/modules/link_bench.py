@@ -169,11 +169,12 @@ import signal
 import socket
 import subprocess
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkserve.deploy.plugins.module_utils.node import perftest
+from ansible_collections.sparkserve.deploy.plugins.module_utils.node.ports import listening
 from ansible_collections.sparkserve.deploy.plugins.module_utils.node.process import (
     RC_TIMED_OUT,
     one_line,
@@ -199,30 +200,12 @@ ARGUMENT_SPEC: Dict[str, Any] = {
 REQUIRED_IF = [("role", "server", ("device",)), ("role", "client", ("device", "server_address"))]
 LISTEN_WAIT_S = 15  # how long a server may take to listen
 KILL_AFTER_S = 5  # timeout's grace between its TERM and its KILL
-TCP_LISTEN = "0A"  # the state of a listening socket in /proc/net/tcp
 
 
 def paths(state_dir: str, port: int) -> Dict[str, str]:
     """The server's process id file and output file for a port."""
     base = os.path.join(state_dir, f"{perftest.TOOL}-{port}")
     return {"pid": base + ".pid", "log": base + ".log"}
-
-
-def listening(port: int, tables: Sequence[str] = ("/proc/net/tcp", "/proc/net/tcp6")) -> bool:
-    """Whether a TCP socket of this network namespace listens on port (read from /proc, connecting to nothing:
-    an ib_write_bw server takes the first connection it is offered as its client)."""
-    wanted = f":{port:04X}"
-    for table in tables:
-        try:
-            with open(table, encoding="ascii") as handle:
-                rows = handle.read().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            fields = row.split()
-            if len(fields) > 3 and fields[1].endswith(wanted) and fields[3] == TCP_LISTEN:
-                return True
-    return False
 
 
 def _alive(pid: int) -> bool:
