@@ -18,6 +18,9 @@ description:
     what is wrong.
   - An API that does not answer in O(timeout_s), or answers with another status than 200, is no failure;
     RV(serves) is false and RV(health) says what it answered.
+  - With O(releases), it also reads, in the same call, every release record of the folder's C(releases/)
+    (C(FINGERPRINT.json), not the C(.qualify.json) runs) and C(previous.json), as plain JSON (retention reads
+    older records leniently), which is what retention needs, in one round trip.
   - Reads only; runs on the node's python3 with nothing but its standard library.
 extends_documentation_fragment:
   - sparkserve.deploy.attributes
@@ -39,6 +42,14 @@ options:
     description: How long to wait for the health path's answer.
     type: float
     default: 10
+  health:
+    description: Whether to ask the recorded release's health path (false, RV(serves) is false and RV(health) empty).
+    type: bool
+    default: true
+  releases:
+    description: Whether to read the release folder's records and C(previous.json) too (RV(releases), RV(previous)).
+    type: bool
+    default: false
 author:
   - sparkserve
 """
@@ -70,8 +81,20 @@ health:
   returned: always
   type: str
   sample: "no answer: [Errno 111] Connection refused"
+releases:
+  description: With O(releases), every record of the folder's C(releases/), in file name order, as its JSON holds it.
+  returned: always
+  type: list
+  elements: dict
+previous:
+  description: With O(releases), C(previous.json) as its JSON holds it (the release rollback.yml goes back to); empty when none.
+  returned: always
+  type: dict
 """
 
+import glob
+import json
+import os
 from typing import Any, Dict, List
 
 from ansible.module_utils.basic import AnsibleModule
@@ -96,6 +119,27 @@ def read_record(path: str) -> Dict[str, Any]:
     return Release.from_json(text, path).to_dict()
 
 
+def read_json(path: str) -> Dict[str, Any]:
+    """A record file as its JSON holds it, {} when there is no file; ReleaseError when it is no JSON object."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise ReleaseError(f"cannot read {path}: {getattr(err, 'strerror', None) or err}") from None
+    if not isinstance(data, dict):
+        raise ReleaseError(f"{path}: a release record is a JSON object, not {type(data).__name__}")
+    return data
+
+
+def read_releases(folder: str) -> Dict[str, Any]:
+    """Every release record of folder/releases (not the qualification runs), by file name, and previous.json."""
+    paths = sorted(p for p in glob.glob(os.path.join(glob.escape(folder), "releases", "*.json"))
+                   if not p.endswith(".qualify.json"))
+    return {"releases": [read_json(p) for p in paths], "previous": read_json(os.path.join(folder, "previous.json"))}
+
+
 def ask_health(url: str, timeout_s: float) -> tuple[bool, str]:
     try:
         status, body = http_request("GET", url, None, timeout_s)
@@ -104,14 +148,16 @@ def ask_health(url: str, timeout_s: float) -> tuple[bool, str]:
     return status == 200, answer_text("health", status, body, 200).removeprefix("health: ")
 
 
-def read(path: str, wildcard_hosts: List[str], timeout_s: float) -> Dict[str, Any]:
+def read(path: str, wildcard_hosts: List[str], timeout_s: float, health: bool = True,
+         releases: bool = False) -> Dict[str, Any]:
+    held = read_releases(os.path.dirname(path)) if releases else {"releases": [], "previous": {}}
     recorded = read_record(path)
     if not recorded:
-        return {"changed": False, "recorded": {}, "url": "", "serves": False, "health": ""}
+        return {"changed": False, "recorded": {}, "url": "", "serves": False, "health": "", **held}
     launch = recorded["recipe"]["launch"]
     url = head_api_base(str(launch["api_host"]), int(launch["api_port"]), wildcard_hosts)
-    serves, health = ask_health(url + recorded["adapter"]["endpoints"]["health"], timeout_s)
-    return {"changed": False, "recorded": recorded, "url": url, "serves": serves, "health": health}
+    serves, answer = ask_health(url + recorded["adapter"]["endpoints"]["health"], timeout_s) if health else (False, "")
+    return {"changed": False, "recorded": recorded, "url": url, "serves": serves, "health": answer, **held}
 
 
 def main() -> None:
@@ -120,11 +166,14 @@ def main() -> None:
             "path": {"type": "path", "required": True},
             "wildcard_hosts": {"type": "list", "elements": "str", "required": True},
             "timeout_s": {"type": "float", "default": 10.0},
+            "health": {"type": "bool", "default": True},
+            "releases": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
     try:
-        result = read(module.params["path"], module.params["wildcard_hosts"], module.params["timeout_s"])
+        params = module.params
+        result = read(params["path"], params["wildcard_hosts"], params["timeout_s"], params["health"], params["releases"])
     except ReleaseError as err:
         module.fail_json(msg=str(err))
     except (KeyError, TypeError, ValueError) as err:

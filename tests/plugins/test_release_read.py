@@ -49,8 +49,8 @@ def record(port: int, host: str = "0.0.0.0") -> dict[str, Any]:
             "adapter": {"endpoints": {"health": "/health"}}}
 
 
-def run_main(path: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
-    args = {"path": str(path), "wildcard_hosts": ["0.0.0.0", "::"], "timeout_s": 5}
+def run_main(path: Path, capsys: pytest.CaptureFixture[str], **more: Any) -> dict[str, Any]:
+    args = {"path": str(path), "wildcard_hosts": ["0.0.0.0", "::"], "timeout_s": 5, **more}
     with patch_module_args(args), pytest.raises(SystemExit):
         rr.main()
     return json.loads(capsys.readouterr().out)
@@ -101,3 +101,44 @@ def test_a_file_that_is_not_a_release_record_fails_naming_it(tmp_path: Path, cap
     (tmp_path / "current.json").write_text(text)
     result = run_main(tmp_path / "current.json", capsys)
     assert result["failed"] is True and message in result["msg"] and str(tmp_path / "current.json") in result["msg"]
+
+
+def test_the_release_folder_is_read_in_the_same_call_without_asking_the_api(
+        tmp_path: Path, api: tuple[int, type[Health]], capsys: pytest.CaptureFixture[str]) -> None:
+    port, handler = api
+    (tmp_path / "current.json").write_text(json.dumps(record(port)))
+    (tmp_path / "previous.json").write_text(json.dumps({"fingerprint": "f0"}))
+    (tmp_path / "releases").mkdir()
+    (tmp_path / "releases" / "f1.json").write_text(json.dumps(record(port)))
+    (tmp_path / "releases" / "f0.json").write_text(json.dumps({"fingerprint": "f0", "recorded_at": 0.5}))
+    (tmp_path / "releases" / "f0.qualify.json").write_text(json.dumps({"format": "a run, not a release"}))
+    result = run_main(tmp_path / "current.json", capsys, releases=True, health=False)
+    assert result["releases"] == [{"fingerprint": "f0", "recorded_at": 0.5}, record(port)]
+    assert result["previous"] == {"fingerprint": "f0"}
+    assert result["recorded"] == record(port)
+    assert result["serves"] is False and result["health"] == "" and handler.asked == []
+
+
+def test_without_releases_nothing_of_the_folder_is_read(tmp_path: Path, api: tuple[int, type[Health]],
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "previous.json").write_text("{not json")
+    result = run_main(tmp_path / "current.json", capsys)
+    assert result["releases"] == [] and result["previous"] == {}
+
+
+def test_a_folder_without_records_or_previous_reads_empty(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    result = run_main(tmp_path / "current.json", capsys, releases=True)
+    assert result == {**result, "recorded": {}, "releases": [], "previous": {}}
+
+
+@pytest.mark.parametrize(("name", "text", "message"), [
+    ("releases/f1.json", "{not json", "cannot read"),
+    ("releases/f1.json", "[1, 2]", "a release record is a JSON object, not list"),
+    ("previous.json", "{not json", "cannot read"),
+])
+def test_a_record_of_the_folder_that_is_no_json_object_fails_naming_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, text: str, message: str) -> None:
+    (tmp_path / "releases").mkdir()
+    (tmp_path / name).write_text(text)
+    result = run_main(tmp_path / "current.json", capsys, releases=True)
+    assert result["failed"] is True and message in result["msg"] and str(tmp_path / name) in result["msg"]
