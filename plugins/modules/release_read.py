@@ -87,7 +87,9 @@ releases:
   type: list
   elements: dict
 previous:
-  description: With O(releases), C(previous.json) as its JSON holds it (the release rollback.yml goes back to); empty when none.
+  description:
+    - With O(releases), C(previous.json) as its JSON holds it (the release rollback.yml goes back to).
+    - Empty when there is none.
   returned: always
   type: dict
 """
@@ -173,7 +175,8 @@ def main() -> None:
     )
     try:
         params = module.params
-        result = read(params["path"], params["wildcard_hosts"], params["timeout_s"], params["health"], params["releases"])
+        result = read(params["path"], params["wildcard_hosts"], params["timeout_s"],
+                      health=params["health"], releases=params["releases"])
     except ReleaseError as err:
         module.fail_json(msg=str(err))
     except (KeyError, TypeError, ValueError) as err:
