@@ -8,11 +8,16 @@ removed, and ``docker import`` turns the tree into an image.
 The image tag is a hash of every input (the spec, the overlay files with
 their modes, this program), so a second build with the same inputs finds the
 image already there and does nothing.  The result is one JSON line on
-stdout: ``{"image": "NAME:TAG", "built": true|false, "inputs_hash": ...}``.
+stdout per spec, in the order given:
+``{"image": "NAME:TAG", "built": true|false, "inputs_hash": ...}``.
 
 Usage::
 
-    build_image.py --spec lab/node/image.yml [--dry-run]
+    build_image.py --spec lab/node/image.yml [--spec lab/engine/image.yml ...] [--dry-run]
+
+Several specs are built at once: each missing image starts as soon as its
+base is there (a base the specs share is built once), so the debootstrap
+roots of different images download and install side by side.
 
 The spec (YAML) of an image made from a Debian root::
 
@@ -50,6 +55,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -259,40 +265,68 @@ def chain_of(spec: ImageSpec) -> list[ImageSpec]:
     return ([] if spec.base is None else chain_of(spec.base)) + [spec]
 
 
+def missing_images(specs: Sequence[ImageSpec]) -> list[ImageSpec]:
+    """The images of the specs' chains that are not built yet, each once, a base before what is built on it."""
+    seen: set[str] = set()
+    missing: list[ImageSpec] = []
+    for spec in specs:
+        for one in chain_of(spec):
+            ref = image_ref(one)
+            if ref not in seen:
+                seen.add(ref)
+                if not image_exists(ref):
+                    missing.append(one)
+    return missing
+
+
+def build_in_scratch(spec: ImageSpec, base: "Future[str] | None", workdir: Path | None) -> str:
+    """Wait for the base's build (its failure is this one's), then build the spec in a scratch folder."""
+    if base is not None:
+        base.result()
+    with tempfile.TemporaryDirectory(prefix="sparkserve-image-", dir=workdir or "/var/tmp") as work:
+        return build(spec, inputs_hash(spec)[:16], Path(work))
+
+
+def build_all(missing: Sequence[ImageSpec], workdir: Path | None) -> None:
+    """Build every missing image, at once where one does not wait on another's base; raise the first failure."""
+    builds: dict[str, Future[str]] = {}
+    with ThreadPoolExecutor(max_workers=max(1, len(missing))) as pool:
+        for one in missing:
+            base = builds.get(image_ref(one.base)) if one.base is not None else None
+            builds[image_ref(one)] = pool.submit(build_in_scratch, one, base, workdir)
+        for future in builds.values():
+            future.result()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--spec", type=Path, required=True, help="image spec (YAML)")
+    parser.add_argument("--spec", type=Path, action="append", required=True,
+                        help="image spec (YAML); repeat it to build several images at once")
     parser.add_argument("--dry-run", action="store_true", help="say what would be built, build nothing")
     parser.add_argument("--workdir", type=Path, default=None, help="scratch folder (default: a temporary one)")
     args = parser.parse_args(argv)
     try:
-        spec = ImageSpec.load(args.spec)
+        specs = [ImageSpec.load(path) for path in args.spec]
     except (SpecError, OSError, yaml.YAMLError) as err:
         print(f"build_image: {err}", file=sys.stderr)
         return 2
-    full_hash = inputs_hash(spec)
-    image = f"{spec.name}:{full_hash[:16]}"
-    result = {"image": image, "inputs_hash": full_hash, "built": False}
-    missing = [one for one in chain_of(spec) if not image_exists(image_ref(one))]
-    if not missing:
-        print(json.dumps(result))
-        return 0
-    result["built"] = True
-    if args.dry_run:
-        print(json.dumps(result))
-        return 0
-    try:
-        if args.workdir is not None:
-            args.workdir.mkdir(parents=True, exist_ok=True)
-        for one in missing:
-            with tempfile.TemporaryDirectory(prefix="sparkserve-image-", dir=args.workdir or "/var/tmp") as work:
-                build(one, inputs_hash(one)[:16], Path(work))
-    except subprocess.CalledProcessError as err:
-        tail = (err.stderr or err.stdout or "").strip().splitlines()[-5:]
-        print(f"build_image: {' '.join(err.cmd[:2])} failed (rc={err.returncode}): " + " | ".join(tail),
-              file=sys.stderr)
-        return 1
-    print(json.dumps(result))
+    missing = missing_images(specs)
+    if missing and not args.dry_run:
+        try:
+            if args.workdir is not None:
+                args.workdir.mkdir(parents=True, exist_ok=True)
+            build_all(missing, args.workdir)
+        except subprocess.CalledProcessError as err:
+            tail = (err.stderr or err.stdout or "").strip().splitlines()[-5:]
+            print(f"build_image: {' '.join(err.cmd[:2])} failed (rc={err.returncode}): " + " | ".join(tail),
+                  file=sys.stderr)
+            return 1
+    built = {image_ref(one) for one in missing}
+    for spec in specs:
+        full_hash = inputs_hash(spec)
+        refs = {image_ref(one) for one in chain_of(spec)}
+        print(json.dumps({"image": f"{spec.name}:{full_hash[:16]}", "inputs_hash": full_hash,
+                          "built": bool(refs & built)}))
     return 0
 
 

@@ -6,8 +6,9 @@ import importlib.util
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import pytest
 
@@ -260,3 +261,85 @@ def test_a_derived_spec_needs_its_dockerfile(spec_dir: Path) -> None:
     engine.mkdir()
     with pytest.raises(build_image.SpecError, match="dockerfile Dockerfile does not exist"):
         build_image.ImageSpec.load(write_spec(engine, "name: a/b\nbase: ../image.yml\ndockerfile: Dockerfile\n"))
+
+
+def other_root_spec(spec_dir: Path) -> Path:
+    other = spec_dir / "other"
+    other.mkdir()
+    return write_spec(other, "name: sparkserve-lab/other\nsuite: bookworm\npackages: [curl]\n")
+
+
+def test_main_builds_images_of_different_roots_at_once(spec_dir: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    # Each build waits until the other has started: one at a time, the first would wait alone and break the barrier.
+    both_started = threading.Barrier(2, timeout=60)
+    monkeypatch.setattr(build_image, "image_exists", lambda image: False)
+
+    def fake(one: Any, tag: str, work: Path, runner: object = None) -> str:
+        both_started.wait()
+        assert work.is_dir()
+        return f"{one.name}:{tag}"
+
+    monkeypatch.setattr(build_image, "build", fake)
+    paths = [spec_dir / "image.yml", other_root_spec(spec_dir)]
+    assert build_image.main([arg for path in paths for arg in ("--spec", str(path))]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["image"].split(":")[0] for line in lines] == ["sparkserve-lab/test", "sparkserve-lab/other"]
+    assert all(line["built"] for line in lines)
+
+
+def test_a_shared_base_is_built_once_before_the_image_on_it(spec_dir: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    derived = derived_spec(spec_dir)
+    monkeypatch.setattr(build_image, "image_exists", lambda image: False)
+    events: list[str] = []
+    lock = threading.Lock()
+
+    def fake(one: Any, tag: str, work: Path, runner: object = None) -> str:
+        name = one.name
+        with lock:
+            events.append("start " + name)
+        with lock:
+            events.append("end " + name)
+        return f"{name}:{tag}"
+
+    monkeypatch.setattr(build_image, "build", fake)
+    assert build_image.main(["--spec", str(derived), "--spec", str(spec_dir / "image.yml")]) == 0
+    assert events == ["start sparkserve-lab/test", "end sparkserve-lab/test",
+                      "start sparkserve-lab/engine", "end sparkserve-lab/engine"]
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(line["image"].split(":")[0], line["built"]) for line in lines] == [
+        ("sparkserve-lab/engine", True), ("sparkserve-lab/test", True)]
+
+
+def test_a_failed_base_builds_nothing_on_it_and_reports_once(spec_dir: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    derived = derived_spec(spec_dir)
+    monkeypatch.setattr(build_image, "image_exists", lambda image: False)
+    built: list[str] = []
+
+    def fake(one: Any, tag: str, work: Path, runner: object = None) -> str:
+        name = one.name
+        if name == "sparkserve-lab/test":
+            raise subprocess.CalledProcessError(100, ["debootstrap", "--variant=minbase"], "", "E: no mirror\n")
+        built.append(name)
+        return f"{name}:{tag}"
+
+    monkeypatch.setattr(build_image, "build", fake)
+    assert build_image.main(["--spec", str(derived), "--spec", str(other_root_spec(spec_dir))]) == 1
+    out = capsys.readouterr()
+    assert built == ["sparkserve-lab/other"]
+    assert out.out == ""
+    assert out.err.count("debootstrap --variant=minbase failed (rc=100): E: no mirror") == 1
+
+
+def test_images_already_built_are_reported_as_not_built(spec_dir: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    derived = derived_spec(spec_dir)
+    base = build_image.ImageSpec.load(spec_dir / "image.yml")
+    present = {build_image.image_ref(base)}
+    monkeypatch.setattr(build_image, "image_exists", lambda image: image in present)
+    monkeypatch.setattr(build_image, "build", lambda one, tag, work, runner=None: f"{one.name}:{tag}")
+    assert build_image.main(["--spec", str(spec_dir / "image.yml"), "--spec", str(derived)]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["built"] for line in lines] == [False, True]
