@@ -136,6 +136,7 @@ import os
 import re
 import shutil
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
 from ansible.module_utils.basic import AnsibleModule
@@ -156,10 +157,37 @@ def run(argv: Sequence[str]) -> tuple[int, str, str]:
     return done.returncode, done.stdout, done.stderr
 
 
+def own_containers_argv(deployment: str) -> list[str]:
+    return ["docker", "ps", "--no-trunc", "--quiet", "--filter", f"label=sparkserve.deployment={deployment}"]
+
+
+def gpu_processes_argv(nvidia_smi: str) -> list[str]:
+    return [nvidia_smi, "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader"]
+
+
+def driver_version_argv(nvidia_smi: str) -> list[str]:
+    return [nvidia_smi, "--query-gpu=driver_version", "--format=csv,noheader"]
+
+
+PORT_HOLDERS_ARGV = ["ss", "-Htlnp"]
+
+
+def answered_at_once(commands: Sequence[Sequence[str]], runner: Runner = run) -> Runner:
+    """Run the commands side by side (on a Spark each nvidia-smi takes a while), and return a runner that
+    answers them from those runs (any other command runs when asked)."""
+    with ThreadPoolExecutor(max_workers=len(commands)) as pool:
+        started = {tuple(argv): pool.submit(runner, argv) for argv in commands}
+        answers = {argv: future.result() for argv, future in started.items()}
+
+    def answer(argv: Sequence[str]) -> tuple[int, str, str]:
+        return answers[tuple(argv)] if tuple(argv) in answers else runner(argv)
+
+    return answer
+
+
 def own_containers(deployment: str, runner: Runner = run) -> list[str]:
     """Full IDs of this deployment's running containers (none where docker is absent)."""
-    rc, out, _ = runner(["docker", "ps", "--no-trunc", "--quiet",
-                         "--filter", f"label=sparkserve.deployment={deployment}"])
+    rc, out, _ = runner(own_containers_argv(deployment))
     return out.split() if rc == 0 else []
 
 
@@ -175,7 +203,7 @@ def pid_in_containers(pid: int, container_ids: Sequence[str], proc: str = "/proc
 
 def gpu_processes(nvidia_smi: str, runner: Runner = run) -> tuple[list[dict[str, str]], str | None]:
     """Compute processes on the GPU, or the error that kept nvidia-smi from answering."""
-    rc, out, err = runner([nvidia_smi, "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader"])
+    rc, out, err = runner(gpu_processes_argv(nvidia_smi))
     if rc != 0:
         return [], (out + err).strip() or f"exit {rc}"
     found = []
@@ -187,7 +215,7 @@ def gpu_processes(nvidia_smi: str, runner: Runner = run) -> tuple[list[dict[str,
 
 
 def driver_version(nvidia_smi: str, runner: Runner = run) -> tuple[str, str | None]:
-    rc, out, err = runner([nvidia_smi, "--query-gpu=driver_version", "--format=csv,noheader"])
+    rc, out, err = runner(driver_version_argv(nvidia_smi))
     if rc != 0:
         return "", (out + err).strip() or f"exit {rc}"
     return (out.strip().splitlines() or [""])[0].strip(), None
@@ -203,7 +231,7 @@ def free_disk(path: str) -> tuple[str, int]:
 
 def port_holders(ports: Sequence[int], runner: Runner = run) -> dict[int, dict[str, str]]:
     """For each busy port, the process holding it (name and pid, when ss can tell)."""
-    rc, out, _ = runner(["ss", "-Htlnp"])
+    rc, out, _ = runner(PORT_HOLDERS_ARGV)
     if rc != 0:
         return {}
     held: dict[int, dict[str, str]] = {}
@@ -261,8 +289,11 @@ def known_bad_matches(entries: list[dict], versions: dict[str, list[str]], cmdli
 
 
 def check(params: dict, runner: Runner = run, proc: str = "/proc") -> dict:
-    """Run every check; return the facts found and the problems."""
+    """Run every check; return the facts found and the problems. The node's four probes run side by side (the
+    driver's version is asked even when nvidia-smi fails, and then not read)."""
     problems: list[str] = []
+    runner = answered_at_once([own_containers_argv(params["deployment"]), gpu_processes_argv(params["nvidia_smi"]),
+                               driver_version_argv(params["nvidia_smi"]), PORT_HOLDERS_ARGV], runner)
     ours = own_containers(params["deployment"], runner)
 
     with open(params["meminfo_path"], encoding="utf-8") as handle:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Sequence
 
@@ -143,3 +144,27 @@ def test_a_port_held_by_the_deployment_itself_is_fine(node: tuple[FakeNode, dict
 def test_meminfo_without_memavailable_is_an_error() -> None:
     with pytest.raises(ValueError, match="MemAvailable"):
         hp.mem_available("MemTotal: 1 kB\n")
+
+
+def test_the_four_probes_run_side_by_side(node: tuple[FakeNode, dict, Path]) -> None:
+    # Each probe waits until all four have started: one after another, the first would wait alone and break it.
+    fake, params, proc = node
+    all_started = threading.Barrier(4, timeout=60)
+    asked: list[str] = []
+
+    def side_by_side(argv: Sequence[str]) -> tuple[int, str, str]:
+        all_started.wait()
+        asked.append(" ".join(argv[:2]))
+        return fake(argv)
+
+    result = hp.check(params, side_by_side, str(proc))
+    assert result["problems"] == [] and result["driver_version"] == "580.95.05"
+    assert len(asked) == 4
+
+
+def test_a_failed_nvidia_smi_is_named_once_though_the_driver_was_asked_beside_it(
+        node: tuple[FakeNode, dict, Path]) -> None:
+    fake, params, proc = node
+    fake.smi_rc = 9
+    (problem,) = hp.check(params, fake, str(proc))["problems"]
+    assert problem.startswith("nvidia-smi failed: NVIDIA-SMI has failed")
