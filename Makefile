@@ -13,7 +13,7 @@ TIMED := python3 tools/timetable.py run
 PYTEST_WORKERS ?= auto
 
 .PHONY: demo test check chaos setup lab lab-destroy site docs pytest lint lint-yaml lint-ansible lint-python lint-prometheus \
-	lint-sanity molecule molecule-default molecule-supervisor molecule-faults molecule-upgrades molecule-fleet molecule-cluster4 molecule-ring
+	lint-sanity molecule molecule-default molecule-supervisor molecule-faults molecule-fleet molecule-cluster4 molecule-ring
 
 ## demo: set this machine up, bring up a 2-node lab, bring the deployment up
 ## on it with the sparkserve command (site.yml through ansible-runner, shown
@@ -110,34 +110,26 @@ lint-prometheus:
 	@$(TIMED) promtool -- promtool check rules roles/monitoring/files/sparkserve.alerts.yml
 	@$(TIMED) "promtool test" -- promtool test rules $(wildcard tests/monitoring/*.test.yml)
 
-## molecule: three labs at once, on the two cores. On one, default destroys
-## what an earlier run left and creates the 2-node lab, supervisor runs the
+## molecule: two labs at once, on the two cores. On one, default destroys what
+## an earlier run left and creates the 2-node lab, supervisor runs the
 ## supervisor's faults on it, and cluster4 grows it to 4 nodes and destroys it
-## at the end; beside it, the faults scenario and the upgrades scenario each
-## bring up their own 2-node lab (molecule/*/vars/lab.yml) and destroy it at
-## the end. The labs wait on their nodes more than on the cores, so three at
-## once end sooner than two. The images the labs use are built first, once.
-## The output of faults and upgrades is kept in .cache/faults.log and
-## .cache/upgrades.log and shown after the other scenarios'.
+## at the end; beside it, the faults scenario brings up
+## its own 2-node lab (molecule/faults/vars/lab.yml) and destroys it at the
+## end. The images both labs use are built first, once. The faults' output is
+## kept in .cache/faults.log and shown after the other scenarios'.
 molecule:
 	@$(TIMED) "lab images" -- ansible-playbook playbooks/lab.yml --tags lab-images
 	@$(MAKE) --no-print-directory molecule-faults >.cache/faults.log 2>&1 & faults=$$!; \
-	$(MAKE) --no-print-directory molecule-upgrades >.cache/upgrades.log 2>&1 & upgrades=$$!; \
 	$(MAKE) --no-print-directory molecule-default molecule-supervisor molecule-cluster4; lab=$$?; \
 	wait $$faults; faulty=$$?; \
-	wait $$upgrades; upgraded=$$?; \
 	echo "--- the faults scenario (.cache/faults.log) ---"; cat .cache/faults.log; \
-	echo "--- the upgrades scenario (.cache/upgrades.log) ---"; cat .cache/upgrades.log; \
-	test $$lab -eq 0 -a $$faulty -eq 0 -a $$upgraded -eq 0
+	test $$lab -eq 0 -a $$faulty -eq 0
 
 molecule-default:
 	@$(TIMED) "molecule default" -- molecule test -s default
 
 molecule-faults:
 	@$(TIMED) "molecule faults" -- molecule test -s faults
-
-molecule-upgrades:
-	@$(TIMED) "molecule upgrades" -- molecule test -s upgrades
 
 molecule-supervisor:
 	@$(TIMED) "molecule supervisor" -- molecule test -s supervisor
