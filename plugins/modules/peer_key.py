@@ -17,7 +17,7 @@ description:
     with mode C(0700) when missing.
   - A key that is there is kept. Its public half is read from the private key (C(ssh-keygen -y)), and
     C(PATH.pub) is rewritten (mode C(0644)) when it does not hold that key with O(comment). The private key
-    is given mode C(0600) when it has another.
+    is given mode C(0600) when it has another, and C(PATH.pub) mode C(0644).
   - A private key C(ssh-keygen) cannot read (a passphrase, another format, a damaged file), or a path that is
     not a regular file, is refused and left as it is; the module fails naming it, and nothing is written.
   - A host key that cannot be read fails the module before anything is written.
@@ -89,7 +89,8 @@ made:
   returned: always
   type: bool
 fixed:
-  description: What was fixed of a key that was there (C(public key), C(mode)); in check mode, would be.
+  description: >-
+    What was fixed of a key that was there (C(public key), C(public key mode), C(mode)); in check mode, would be.
   returned: always
   type: list
   elements: str
@@ -205,11 +206,13 @@ def make_key(path: str, comment: str, runner: Runner) -> str:
     return derived_public(path, runner)
 
 
-def fixes(path: str, private: os.stat_result, public_line: str) -> List[str]:
-    """What differs from the wanted key files: the public half's content, and the private key's mode."""
+def fixes(path: str, private: os.stat_result, public: Optional[os.stat_result], public_line: str) -> List[str]:
+    """What differs from the wanted key files: the public half's content or mode, and the private key's mode."""
     found: List[str] = []
     if read_text(path + ".pub") != public_line:
         found.append("public key")
+    elif public is not None and stat.S_IMODE(public.st_mode) != PUBLIC_MODE:
+        found.append("public key mode")
     if stat.S_IMODE(private.st_mode) != PRIVATE_MODE:
         found.append("mode")
     return found
@@ -218,14 +221,16 @@ def fixes(path: str, private: os.stat_result, public_line: str) -> List[str]:
 def keep(path: str, comment: str, check_mode: bool, runner: Runner) -> Tuple[str, bool, List[str]]:
     """Make or keep the key as the docs say; its public body, whether it was made, and what was fixed."""
     private = regular_file(path)
-    regular_file(path + ".pub")
+    public_file = regular_file(path + ".pub")
     if private is None:
         return ("" if check_mode else make_key(path, comment, runner)), True, []
     public = derived_public(path, runner)
     public_line = f"{public} {comment}\n" if comment else f"{public}\n"
-    found = fixes(path, private, public_line)
+    found = fixes(path, private, public_file, public_line)
     if "public key" in found and not check_mode:
         write_atomic(path + ".pub", public_line.encode("utf-8"), PUBLIC_MODE)
+    if "public key mode" in found and not check_mode:
+        os.chmod(path + ".pub", PUBLIC_MODE)
     if "mode" in found and not check_mode:
         os.chmod(path, PRIVATE_MODE)
     return public, False, found

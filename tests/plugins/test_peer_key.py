@@ -78,6 +78,18 @@ def test_a_kept_key_gets_its_public_half_and_modes_back(node: Path, capsys: pyte
     assert (node / "home" / ".ssh" / "id_peer.pub").read_text() == made["public_key"] + " sparkserve renamed\n"
 
 
+
+def test_a_public_half_others_may_write_gets_its_mode_back(node: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run_main(args(node), capsys)
+    public = node / "home" / ".ssh" / "id_peer.pub"
+    content = public.read_bytes()
+    public.chmod(0o666)
+    checked = run_main(dict(args(node), _ansible_check_mode=True), capsys)
+    assert checked["changed"] is True and checked["fixed"] == ["public key mode"] and mode_of(public) == 0o666
+    fixed = run_main(args(node), capsys)
+    assert fixed["fixed"] == ["public key mode"] and mode_of(public) == 0o644 and public.read_bytes() == content
+    assert run_main(args(node), capsys)["changed"] is False
+
 def test_a_key_ssh_keygen_cannot_read_is_refused_and_left(node: Path, capsys: pytest.CaptureFixture[str]) -> None:
     key = node / "home" / ".ssh" / "id_peer"
     key.parent.mkdir(parents=True)
