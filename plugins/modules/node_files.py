@@ -594,7 +594,12 @@ def plan(directories: Sequence[Mapping[str, Any]], files: Sequence[Mapping[str, 
 
 def apply(action: Action) -> None:
     if action.kind == "mkdir":
-        os.mkdir(action.path, action.mode)
+        try:
+            os.mkdir(action.path, action.mode)
+        except FileExistsError:
+            # Made since the plan by another call on this node (two deployments' installs at once).
+            if not os.path.isdir(action.path):
+                raise
         os.chmod(action.path, action.mode)  # mkdir's mode is cut by the umask
     elif action.kind == "chmod":
         os.chmod(action.path, action.mode)

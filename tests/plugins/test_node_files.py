@@ -312,6 +312,43 @@ def test_a_failed_write_says_what_was_done(tmp_path: Path, capsys: pytest.Captur
     assert SECRET not in shown(result) and sorted(p.name for p in tmp_path.iterdir()) == ["first"]
 
 
+def test_a_directory_another_call_made_since_the_plan_is_taken_as_made(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str],
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two deployments on one node install their programs at once: each plans the shared folder as missing.
+    shared = tmp_path / "etc" / "sparkserve" / "supervisor"
+    real = nf.plan
+
+    def other_call_first(*args: Any, **kwargs: Any) -> list[nf.Action]:
+        actions = real(*args, **kwargs)
+        shared.mkdir(parents=True, mode=0o700)
+        (shared / "lab-tp1.json").write_text("{}")
+        return actions
+
+    monkeypatch.setattr(nf, "plan", other_call_first)
+    result = run_main({"directories": [{"path": str(shared)}],
+                       "files": [{"dest": str(shared / "lab-tp2.json"), "content": "{}"}]}, capsys)
+    assert not result.get("failed") and result["changed"] is True
+    assert sorted(p.name for p in shared.iterdir()) == ["lab-tp1.json", "lab-tp2.json"]
+    assert mode_of(shared) == 0o755  # the mode this call asks
+
+
+def test_a_file_where_a_planned_directory_goes_still_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    wanted = tmp_path / "etc"
+    real = nf.plan
+
+    def file_appears(*args: Any, **kwargs: Any) -> list[nf.Action]:
+        actions = real(*args, **kwargs)
+        wanted.write_text("not a folder")
+        return actions
+
+    monkeypatch.setattr(nf, "plan", file_appears)
+    result = run_main({"directories": [{"path": str(wanted)}]}, capsys)
+    assert result["failed"] is True and result["failed_path"] == str(wanted)
+    assert "File exists" in result["msg"] and wanted.read_text() == "not a folder"
+
+
 # ansible-playbook against localhost: the module as a play runs it, fed by the template lookup.
 
 PLAY = """\
