@@ -138,8 +138,11 @@ class Gateway:
     def start(self) -> None:
         checked = self.check()
         assert checked.returncode == 0, checked.stderr
-        self.process = subprocess.Popen([NGINX, "-e", str(self.folder / "log" / "error.log"), "-c",
-                                         str(self.folder / config.CONFIG_FILE), "-g", "daemon off;"])
+        # The configuration logs to stderr (as under systemd): kept beside the other logs, which logs() reads.
+        with open(self.folder / "log" / "stderr.log", "ab") as stderr:
+            self.process = subprocess.Popen([NGINX, "-e", str(self.folder / "log" / "error.log"), "-c",
+                                             str(self.folder / config.CONFIG_FILE), "-g", "daemon off;"],
+                                            stderr=stderr)
         for _ in range(200):
             try:
                 if self.request("GET", "/health")[0] == 200:
@@ -180,6 +183,10 @@ class Gateway:
         except ValueError:
             decoded = text
         return answer.status, {k.lower(): v for k, v in answer.getheaders()}, decoded
+
+    def served_digest(self) -> str:
+        """The digest of the configuration that answers /health (config.CONFIG_HEADER)."""
+        return self.request("GET", "/health")[1].get(config.CONFIG_HEADER.lower(), "")
 
     def stream(self, body: Any, key: str) -> Iterator[bytes]:
         """The pieces of a streamed answer (chunked encoding undone), as they arrive."""

@@ -76,6 +76,22 @@ def test_no_key_means_open_on_loopback_only() -> None:
     assert "listen 0.0.0.0:4000;" in config.render_config(keyed) and _routes(keyed)["open"] is False
 
 
+def test_health_names_the_digest_of_both_files_which_any_change_changes() -> None:
+    files = config.render(_build([{"name": "alice", "key": ALICE}]))
+    digest = config.served_digest(files[config.CONFIG_FILE])
+    assert len(digest) == 16 and int(digest, 16) >= 0
+    [health] = [line for line in files[config.CONFIG_FILE].splitlines() if "location = /health" in line]
+    assert f"add_header X-Sparkserve-Config {digest} always;" in health
+    assert config.render(_build([{"name": "alice", "key": ALICE}])) == files  # the same settings, the same files
+    other_key = config.render(_build([{"name": "alice", "key": BOB}]))  # routes.js alone differs
+    assert other_key[config.CONFIG_FILE].replace(config.served_digest(other_key[config.CONFIG_FILE]), digest) \
+        == files[config.CONFIG_FILE]
+    longer = config.render(_build([{"name": "alice", "key": ALICE}], timeout_s=60))  # nginx.conf differs
+    assert len({digest, config.served_digest(other_key[config.CONFIG_FILE]),
+                config.served_digest(longer[config.CONFIG_FILE])}) == 3
+    assert config.served_digest(config.render_config(_build([]))) == ""  # rendered without one
+
+
 def test_rates_become_one_zone_per_key_with_its_retry_after() -> None:
     text = config.render_config(_build([{"name": "alice", "key": ALICE, "rate": "30/m"},
                                         {"name": "bob", "key": BOB, "rate": "5/s", "burst": 2},
@@ -307,6 +323,37 @@ def test_a_reload_during_a_stream_does_not_cut_it(tmp_path: Path) -> None:
     finally:
         gateway.stop()
         big.stop()
+
+
+def test_a_reload_that_widens_the_listen_address_leaves_the_old_configuration_a_restart_applies_it(
+        tmp_path: Path) -> None:
+    # Why the role restarts nginx when the addresses it listens on change, and asks /health which
+    # configuration serves: the first key moves the gateway from loopback to every address.
+    engine = Engine(["glm"]).start()
+    gateway = Gateway(tmp_path, free_port())
+    deployments = [{"deployment": "big", "models": ["glm"], "host": "127.0.0.1", "port": engine.port}]
+    keys = [{"name": "alice", "key": ALICE}]
+    gateway.write(deployments, keys)
+    gateway.start()
+    try:
+        loopback = config.served_digest((tmp_path / config.CONFIG_FILE).read_text())
+        assert gateway.served_digest() == loopback
+        gateway.write(deployments, keys, listen="0.0.0.0")
+        everywhere = config.served_digest((tmp_path / config.CONFIG_FILE).read_text())
+        assert everywhere != loopback
+        gateway.reload()  # nginx -t passes: it does not bind
+        refused = "bind() to 0.0.0.0:%d failed (98: Address already in use)" % gateway.port
+        deadline = time.monotonic() + 50
+        while refused not in gateway.logs() and time.monotonic() < deadline:
+            threading.Event().wait(0.05)
+        assert refused in gateway.logs()
+        assert gateway.served_digest() == loopback  # still the configuration before, answering as if all was well
+        gateway.stop()
+        gateway.start()
+        assert gateway.served_digest() == everywhere
+    finally:
+        gateway.stop()
+        engine.stop()
 
 
 def test_a_bad_config_fails_nginx_check_and_the_served_one_stays(tmp_path: Path) -> None:

@@ -16,6 +16,9 @@ description:
   - Checks the gateway's settings (every problem at once, never a key in a message) and renders the two files of
     its folder that differ per inventory, by name; the role's static gateway.js sits beside them.
   - Keys are hashed here (SHA-256); neither file holds a key.
+  - Its companion C(gateway_config_digest) takes these files and returns the digest the configuration's
+    C(/health) answers with, in its C(X-Sparkserve-Config) header; a run that changed the configuration asks
+    for it to know the new one serves.
 options:
   _input:
     description: The deployments behind the gateway, each C(deployment), C(models), C(host) and C(port).
@@ -58,6 +61,14 @@ def gateway_files(deployments: List[Dict[str, Any]], keys: List[Dict[str, Any]],
     return config.render(gateway)
 
 
+def gateway_config_digest(files: Dict[str, str]) -> str:
+    """The digest /health answers with when these files (gateway_files' output) serve."""
+    digest = config.served_digest(files.get(config.CONFIG_FILE, ""))
+    if not digest:
+        raise AnsibleFilterError("gateway_config_digest: the files hold no nginx.conf that gateway_files rendered")
+    return digest
+
+
 class FilterModule:
     def filters(self) -> Dict[str, Any]:
-        return {"gateway_files": gateway_files}
+        return {"gateway_files": gateway_files, "gateway_config_digest": gateway_config_digest}

@@ -31,6 +31,11 @@ _MODEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _RATE = re.compile(r"^\s*(\d+)\s*(?:r|requests?)?\s*/\s*(s|sec|second|m|min|minute)\s*$")
 JS_MODULE = "/usr/lib/nginx/modules/ngx_http_js_module.so"
+# /health answers with the digest of the configuration it serves (render, served_digest): a run that changed
+# the configuration asks it to know the change is live (nginx keeps serving the old one when a reload fails,
+# as when it cannot bind a changed listen address).
+CONFIG_HEADER = "X-Sparkserve-Config"
+_DIGEST_LINE = re.compile(r"add_header %s ([0-9a-f]+) always;" % CONFIG_HEADER)
 # Files of the gateway's folder, by role.
 CONFIG_FILE = "nginx.conf"
 ROUTES_FILE = "routes.js"
@@ -245,8 +250,8 @@ def render_routes(gateway: Gateway) -> str:
             "export default %s;\n" % json.dumps(data, indent=2, sort_keys=True))
 
 
-def render_config(gateway: Gateway) -> str:
-    """nginx.conf: the gateway's whole nginx configuration."""
+def render_config(gateway: Gateway, digest: str = "") -> str:
+    """nginx.conf: the gateway's whole nginx configuration; /health names digest (CONFIG_HEADER) when given."""
     paths = gateway.paths
     out: list[str] = [
         "# Rendered by sparkserve (the gateway role); checked with nginx -t before it replaces the one served.",
@@ -331,7 +336,8 @@ def render_config(gateway: Gateway) -> str:
             for index, key in enumerate(limited)]
     out += errors
     out += [
-        "    location = /health { access_log off; return 200 '{\"status\":\"ok\"}'; }",
+        "    location = /health { access_log off;%s return 200 '{\"status\":\"ok\"}'; }"
+        % (" add_header %s %s always;" % (CONFIG_HEADER, digest) if digest else ""),
         "    location = /v1/models { js_content gateway.models; }",
         "    location ~ ^/v1/(chat/completions|completions|embeddings)$ { js_content gateway.route; }",
         "    location / { js_content gateway.notFound; }",
@@ -384,5 +390,14 @@ def render_config(gateway: Gateway) -> str:
 
 
 def render(gateway: Gateway) -> dict[str, str]:
-    """The rendered files by name."""
-    return {CONFIG_FILE: render_config(gateway), ROUTES_FILE: render_routes(gateway)}
+    """The rendered files by name. nginx.conf's /health names the digest of both files (the configuration
+    without its own digest, and the routes), so that the configuration that serves can be told."""
+    routes = render_routes(gateway)
+    digest = hashlib.sha256((render_config(gateway) + routes).encode("utf-8")).hexdigest()[:16]
+    return {CONFIG_FILE: render_config(gateway, digest), ROUTES_FILE: routes}
+
+
+def served_digest(nginx_conf: str) -> str:
+    """The digest a rendered nginx.conf's /health answers with (CONFIG_HEADER); empty when it names none."""
+    found = _DIGEST_LINE.search(nginx_conf)
+    return found.group(1) if found else ""
