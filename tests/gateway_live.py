@@ -151,11 +151,36 @@ class Gateway:
                 time.sleep(0.05)
         raise AssertionError("the gateway did not answer /health")
 
-    def reload(self) -> None:
+    def workers(self) -> dict[int, str]:
+        """The nginx master's children, by pid, with their process titles."""
+        assert self.process is not None
+        found = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                parent = int((Path("/proc") / entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                if parent == self.process.pid:
+                    found[int(entry)] = (Path("/proc") / entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except (OSError, ValueError, IndexError):
+                continue  # gone meanwhile
+        return found
+
+    def reload(self, applies: bool = True) -> None:
+        """nginx -t, then HUP. Where the new configuration applies, wait until it alone takes connections:
+        the old workers accept new ones until they take the master's signal to finish what they hold."""
         assert self.process is not None
         checked = self.check()
         assert checked.returncode == 0, checked.stderr
+        old = self.workers()
         self.process.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 50
+        while applies and time.monotonic() < deadline:
+            now = self.workers()
+            if set(now) - set(old) and all(pid not in now or "shutting down" in now[pid] for pid in old):
+                return
+            time.sleep(0.02)
+        assert not applies, f"nginx did not hand over to new workers: before {old}, now {self.workers()}"
 
     def stop(self) -> None:
         if self.process is not None:
