@@ -2,12 +2,13 @@
 
 One model for every way a cluster is described: the inventory plugin
 (``sparkserve.deploy.spark_cluster``) builds it from a ``.sparks.yml`` file,
-``cluster_from_hostvars`` builds it from the host variables of a plain YAML
-inventory, and ``validate_cluster`` holds the rules both must pass. Standard
+``cluster_from_hostvars`` (cluster_hostvars.py) builds it from the host
+variables of a plain YAML inventory, and ``validate_cluster`` holds the rules
+both must pass. Standard
 library only (``ipaddress``), so the same code runs on the controller and on
 the nodes.
 
-Host variables of the contract (``cluster_hostvars`` writes them, a plain
+Host variables of the contract (``cluster_hostvars`` in cluster_hostvars.py writes them, a plain
 YAML inventory carries them): ``ansible_host``, ``sparkserve_rank``,
 ``sparkserve_world_size``, ``sparkserve_fabric_ip``, ``sparkserve_fabric_ips``,
 ``sparkserve_head_fabric_ip``, ``sparkserve_fabric_mtu``,
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -67,24 +67,8 @@ CONTRACT_VARS = (
     "sparkserve_management_subnet",
 )
 
-# The same value on every host: these describe the cluster, not one node.
-_CLUSTER_WIDE = (
-    "sparkserve_fabric_mtu",
-    "sparkserve_fabric_interfaces",
-    "sparkserve_rdma_devices",
-    "sparkserve_fabric_subnets",
-    "sparkserve_rdma_sysfs_root",
-    "sparkserve_management_subnet",
-    "sparkserve_world_size",
-    "sparkserve_head_fabric_ip",
-    "sparkserve_fabric_topology",
-)
-# In a ring each node has its own interfaces on its own links.
-_PER_NODE_IN_RING = ("sparkserve_fabric_interfaces", "sparkserve_rdma_devices", "sparkserve_fabric_subnets")
 
-_FABRIC_VARS = ("sparkserve_fabric_mtu", "sparkserve_fabric_interfaces", "sparkserve_rdma_devices",
-                "sparkserve_fabric_subnets", "sparkserve_fabric_ips", "sparkserve_fabric_ip")
-_PREFIX = "inventory: "
+PREFIX = "inventory: "
 # A node's inventory name: one word that ssh config, shells and container names all take as it is.
 _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _HOST_LABEL = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
@@ -155,12 +139,12 @@ def _check_topology(cluster: Cluster, problems: list[str]) -> None:
     """The cabling the topology names fits the nodes: two for direct, a ring of three whose links pair up."""
     count = len(cluster.nodes)
     if cluster.topology not in TOPOLOGIES:
-        problems.append(f"{_PREFIX}fabric topology {cluster.topology!r} is not one sparkserve knows; write "
+        problems.append(f"{PREFIX}fabric topology {cluster.topology!r} is not one sparkserve knows; write "
                         f"{', '.join(TOPOLOGIES[:-1])} or {TOPOLOGIES[-1]} (sparkserve_fabric_topology, "
                         "fabric.topology in a .sparks.yml).")
     elif cluster.topology == TOPOLOGY_DIRECT and count != 2:
-        problems.append(f"{_PREFIX}fabric topology direct cables two Sparks back to back, the cluster has "
-                        f"{_count(count, 'node')}; write topology: ring for three, switch for more.")
+        problems.append(f"{PREFIX}fabric topology direct cables two Sparks back to back, the cluster has "
+                        f"{counted(count, 'node')}; write topology: ring for three, switch for more.")
     elif cluster.topology == TOPOLOGY_RING:
         # Fewer nodes than a ring: one deployment's part of it (the cluster file checked the whole ring).
         size = ring_size_problem(count) if count > RING_NODES else None
@@ -174,7 +158,7 @@ def _check_topology(cluster: Cluster, problems: list[str]) -> None:
                 for node in cluster.nodes])
 
 
-def _count(number: int, noun: str) -> str:
+def counted(number: int, noun: str) -> str:
     """'1 node', '2 nodes'."""
     return f"{number} {noun}{'' if number == 1 else 's'}"
 
@@ -185,7 +169,7 @@ def _twin_label(index: int, twin: Twin) -> str:
     return f"twin {index + 1}"
 
 
-def _is_int(value: Any) -> bool:
+def is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -211,16 +195,16 @@ def _is_host_name(value: str) -> bool:
 def _check_mtu(mtu: Any, problems: list[str]) -> None:
     fix = (f"set sparkserve_fabric_mtu (fabric.mtu in a .sparks.yml) to a whole number in {MTU_MIN}..{MTU_MAX}: "
            "9000, the Spark community default, or 1500")
-    if not _is_int(mtu):
-        problems.append(f"{_PREFIX}fabric MTU {mtu!r} is not a whole number; {fix}.")
+    if not is_int(mtu):
+        problems.append(f"{PREFIX}fabric MTU {mtu!r} is not a whole number; {fix}.")
     elif not MTU_MIN <= mtu <= MTU_MAX:
-        problems.append(f"{_PREFIX}fabric MTU {mtu} is outside {MTU_MIN}..{MTU_MAX}; {fix}.")
+        problems.append(f"{PREFIX}fabric MTU {mtu} is outside {MTU_MIN}..{MTU_MAX}; {fix}.")
 
 
 def _check_sysfs_root(root: Any, problems: list[str]) -> None:
     if not isinstance(root, str) or not root.startswith("/"):
         problems.append(
-            f"{_PREFIX}RDMA sysfs root {root!r} is not an absolute path; set sparkserve_rdma_sysfs_root "
+            f"{PREFIX}RDMA sysfs root {root!r} is not an absolute path; set sparkserve_rdma_sysfs_root "
             f"(fabric.rdma_sysfs_root in a .sparks.yml) to {DEFAULT_RDMA_SYSFS_ROOT}, as on a real Spark."
         )
 
@@ -231,7 +215,7 @@ def _parse_network(value: Any, field: str, example: str, problems: list[str]) ->
     ``field`` names the value where ``{value}`` stands, for example
     ``"subnet {value} of twin 1 (enp1s0f1np1)"``.
     """
-    where = _PREFIX + field.format(value=repr(value))
+    where = PREFIX + field.format(value=repr(value))
     if not isinstance(value, str) or not value:
         problems.append(f"{where} is not a CIDR; write it as network/prefix, for example {example}.")
         return None
@@ -244,7 +228,7 @@ def _parse_network(value: Any, field: str, example: str, problems: list[str]) ->
     except ValueError:
         problems.append(f"{where} is not a valid CIDR; write it as network/prefix, for example {example}.")
         return None
-    problems.append(f"{_PREFIX}{field.format(value=value)} has host bits set; write the network itself, {loose}.")
+    problems.append(f"{PREFIX}{field.format(value=value)} has host bits set; write the network itself, {loose}.")
     return None
 
 
@@ -259,7 +243,7 @@ def _check_twins(twins: list[Twin], management: IPNetwork | None, problems: list
     """Check the twins; return each twin's network (None where its subnet is bad)."""
     if not twins:
         problems.append(
-            f"{_PREFIX}the fabric has no twins; list each twin with its interface, RDMA device and subnet "
+            f"{PREFIX}the fabric has no twins; list each twin with its interface, RDMA device and subnet "
             "(a Spark's are enp1s0f1np1/rocep1s0f1 and enP2p1s0f1np1/roceP2p1s0f1, each on its own subnet)."
         )
     subnets: list[IPNetwork | None] = []
@@ -270,9 +254,9 @@ def _check_twins(twins: list[Twin], management: IPNetwork | None, problems: list
             (twin.rdma_device, "RDMA device", "the twin's RoCE device (rocep1s0f1 or roceP2p1s0f1 on a Spark)"),
         ):
             if value is None or (isinstance(value, str) and not value.strip()):
-                problems.append(f"{_PREFIX}{label} has an empty {what} name; set it to {fix}.")
+                problems.append(f"{PREFIX}{label} has an empty {what} name; set it to {fix}.")
             elif not isinstance(value, str):
-                problems.append(f"{_PREFIX}{label} has {what} {value!r}, not a name; set it to {fix}.")
+                problems.append(f"{PREFIX}{label} has {what} {value!r}, not a name; set it to {fix}.")
         field = "subnet {value} of " + label.replace("{", "{{").replace("}", "}}")
         subnets.append(_parse_network(twin.subnet, field, f"192.168.{100 + index}.0/24", problems))
     for attr, what in (("interface", "interface"), ("rdma_device", "RDMA device")):
@@ -282,7 +266,7 @@ def _check_twins(twins: list[Twin], management: IPNetwork | None, problems: list
             if not isinstance(value, str) or not value.strip():
                 continue
             if value in seen:
-                problems.append(f"{_PREFIX}twins {seen[value] + 1} and {index + 1} both use {what} {value}; "
+                problems.append(f"{PREFIX}twins {seen[value] + 1} and {index + 1} both use {what} {value}; "
                                 f"give each twin its own {what}.")
             else:
                 seen[value] = index
@@ -291,12 +275,12 @@ def _check_twins(twins: list[Twin], management: IPNetwork | None, problems: list
             second = subnets[j]
             if first is not None and second is not None and first.overlaps(second):
                 problems.append(
-                    f"{_PREFIX}subnet {first} of {_twin_label(i, twins[i])} overlaps subnet {second} of "
+                    f"{PREFIX}subnet {first} of {_twin_label(i, twins[i])} overlaps subnet {second} of "
                     f"{_twin_label(j, twins[j])}; put each twin on its own subnet."
                 )
         if first is not None and management is not None and first.overlaps(management):
             problems.append(
-                f"{_PREFIX}subnet {first} of {_twin_label(i, twins[i])} overlaps the management subnet {management}; "
+                f"{PREFIX}subnet {first} of {_twin_label(i, twins[i])} overlaps the management subnet {management}; "
                 "give the fabric subnets apart from the management network."
             )
     return subnets
@@ -306,7 +290,7 @@ def _check_nodes(cluster: Cluster, subnets: list[IPNetwork | None], management: 
                  problems: list[str]) -> None:
     nodes = cluster.nodes
     if not nodes:
-        problems.append(f"{_PREFIX}the cluster has no nodes; list at least one Spark "
+        problems.append(f"{PREFIX}the cluster has no nodes; list at least one Spark "
                         "(nodes in a .sparks.yml, hosts of the sparks group in a YAML inventory).")
         return
     _check_names(nodes, problems)
@@ -321,13 +305,13 @@ def _check_names(nodes: list[Node], problems: list[str]) -> None:
     counts: dict[str, int] = {}
     for index, node in enumerate(nodes):
         if not isinstance(node.name, str) or not node.name.strip():
-            problems.append(f"{_PREFIX}node {index + 1} has no name; give every Spark its inventory name.")
+            problems.append(f"{PREFIX}node {index + 1} has no name; give every Spark its inventory name.")
             continue
         _check_name_characters(node.name, problems)
         counts[node.name] = counts.get(node.name, 0) + 1
     for name, count in counts.items():
         if count > 1:
-            problems.append(f"{_PREFIX}node name {name} appears {count} times; give each Spark its own name.")
+            problems.append(f"{PREFIX}node name {name} appears {count} times; give each Spark its own name.")
 
 
 def _check_name_characters(name: str, problems: list[str]) -> None:
@@ -344,7 +328,7 @@ def _check_name_characters(name: str, problems: list[str]) -> None:
         why = (f"has {', '.join(repr(char) for char in odd)}, which the nodes' ssh config would not read as "
                "a plain name" if odd else f"starts with {name[0]!r}")
     fixed = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-._") or "spark-a"
-    problems.append(f"{_PREFIX}node name {name!r} (name in a .sparks.yml, the host's name in a YAML inventory) {why}; "
+    problems.append(f"{PREFIX}node name {name!r} (name in a .sparks.yml, the host's name in a YAML inventory) {why}; "
                     "rename the node with letters, digits, '.', '-' and '_' only, starting with a letter or digit, "
                     f"for example {fixed}.")
 
@@ -357,36 +341,36 @@ def _numbering(count: int) -> str:
 def _check_ranks(nodes: list[Node], problems: list[str]) -> None:
     holders: dict[int, list[str]] = {}
     for node in nodes:
-        if not _is_int(node.rank):
-            problems.append(f"{_PREFIX}{node.name}: rank (sparkserve_rank) {node.rank!r} is not a whole number; "
+        if not is_int(node.rank):
+            problems.append(f"{PREFIX}{node.name}: rank (sparkserve_rank) {node.rank!r} is not a whole number; "
                             f"{_numbering(len(nodes))}.")
             continue
         holders.setdefault(node.rank, []).append(node.name)
     for rank, names in sorted(holders.items()):
         if len(names) > 1:
-            problems.append(f"{_PREFIX}rank {rank} is held by {' and '.join(names)}; give each node its own rank, "
+            problems.append(f"{PREFIX}rank {rank} is held by {' and '.join(names)}; give each node its own rank, "
                             f"0..{len(nodes) - 1}.")
     ranks = sorted(holders)
-    if all(_is_int(node.rank) for node in nodes) and ranks != list(range(len(nodes))):
+    if all(is_int(node.rank) for node in nodes) and ranks != list(range(len(nodes))):
         shown = ", ".join(str(node.rank) for node in sorted(nodes, key=lambda n: n.rank))
         if len(nodes) == 1:
-            problems.append(f"{_PREFIX}rank (sparkserve_rank) is {shown} but 1 node needs rank 0; "
+            problems.append(f"{PREFIX}rank (sparkserve_rank) is {shown} but 1 node needs rank 0; "
                             f"{_numbering(1)}.")
         else:
-            problems.append(f"{_PREFIX}ranks (sparkserve_rank) are {shown} but {_count(len(nodes), 'node')} need "
+            problems.append(f"{PREFIX}ranks (sparkserve_rank) are {shown} but {counted(len(nodes), 'node')} need "
                             f"exactly 0..{len(nodes) - 1}; {_numbering(len(nodes))}.")
 
 
 def _check_heads(nodes: list[Node], problems: list[str]) -> None:
     heads = [node for node in nodes if node.head]
     if not heads:
-        problems.append(f"{_PREFIX}no node is the head; mark exactly one ({_WHERE_HEAD}) and give it rank 0.")
+        problems.append(f"{PREFIX}no node is the head; mark exactly one ({_WHERE_HEAD}) and give it rank 0.")
     elif len(heads) > 1:
-        problems.append(f"{_PREFIX}{len(heads)} nodes are marked head ({', '.join(n.name for n in heads)}); "
+        problems.append(f"{PREFIX}{len(heads)} nodes are marked head ({', '.join(n.name for n in heads)}); "
                         f"mark exactly one ({_WHERE_HEAD}).")
-    if len(heads) == 1 and _is_int(heads[0].rank) and heads[0].rank != 0:
+    if len(heads) == 1 and is_int(heads[0].rank) and heads[0].rank != 0:
         head = heads[0]
-        problems.append(f"{_PREFIX}{head.name}: the head has rank {head.rank}; the head must be rank 0, "
+        problems.append(f"{PREFIX}{head.name}: the head has rank {head.rank}; the head must be rank 0, "
                         "give it rank 0 and the workers 1 and up.")
 
 
@@ -394,7 +378,7 @@ def _check_management_addresses(nodes: list[Node], management: IPNetwork | None,
     holders: dict[str, list[str]] = {}
     for node in nodes:
         address = node.address
-        where = f"{_PREFIX}{node.name}: management address (ansible_host, address in a .sparks.yml)"
+        where = f"{PREFIX}{node.name}: management address (ansible_host, address in a .sparks.yml)"
         if not isinstance(address, str) or not address.strip():
             problems.append(f"{where} is empty; set it to the address Ansible reaches the node on (enP7s7).")
             continue
@@ -411,7 +395,7 @@ def _check_management_addresses(nodes: list[Node], management: IPNetwork | None,
         holders.setdefault(key, []).append(node.name)
     for address, names in holders.items():
         if len(names) > 1:
-            problems.append(f"{_PREFIX}management address {address} is used by {' and '.join(names)}; "
+            problems.append(f"{PREFIX}management address {address} is used by {' and '.join(names)}; "
                             "give each Spark its own management address.")
 
 
@@ -424,15 +408,15 @@ def _check_fabric_addresses(cluster: Cluster, subnets: list[IPNetwork | None], m
             twins = node.twins
             found: list[str] = []
             node_subnets = _check_twins(twins, management, found)
-            problems += [problem.replace(_PREFIX, f"{_PREFIX}{node.name}: ", 1) for problem in found]
+            problems += [problem.replace(PREFIX, f"{PREFIX}{node.name}: ", 1) for problem in found]
         ips = node.fabric_ips
         if not isinstance(ips, list) or not all(isinstance(ip, str) for ip in ips):
-            problems.append(f"{_PREFIX}{node.name}: fabric addresses {ips!r} are not a list of addresses; "
+            problems.append(f"{PREFIX}{node.name}: fabric addresses {ips!r} are not a list of addresses; "
                             f"give one per twin, in twin order ({_WHERE_FABRIC_IPS}).")
             continue
         if len(ips) != len(twins):
             problems.append(
-                f"{_PREFIX}{node.name}: has {len(ips)} fabric address{'es' if len(ips) != 1 else ''} "
+                f"{PREFIX}{node.name}: has {len(ips)} fabric address{'es' if len(ips) != 1 else ''} "
                 f"({', '.join(ips) or 'none'}) for {len(twins)} twin{'s' if len(twins) != 1 else ''}; "
                 f"give exactly one per twin, in twin order ({_WHERE_FABRIC_IPS})."
             )
@@ -442,272 +426,28 @@ def _check_fabric_addresses(cluster: Cluster, subnets: list[IPNetwork | None], m
             label = _twin_label(index, twin)
             if ip == "":
                 if subnet is not None:  # a twin whose subnet is bad is reported once, for the subnet
-                    problems.append(f"{_PREFIX}{node.name}: {label} has no fabric address; "
+                    problems.append(f"{PREFIX}{node.name}: {label} has no fabric address; "
                                     f"give it one in {subnet} ({_WHERE_FABRIC_IPS}).")
                 continue
             parsed = _parse_address(ip)
             if parsed is None:
                 example = f" in {subnet}" if subnet is not None else ""
-                problems.append(f"{_PREFIX}{node.name}: fabric address {ip!r} of {label} is not a valid IP address; "
+                problems.append(f"{PREFIX}{node.name}: fabric address {ip!r} of {label} is not a valid IP address; "
                                 f"give it an address{example}.")
                 continue
             if subnet is not None and parsed not in subnet:
-                problems.append(f"{_PREFIX}{node.name}: fabric address {ip} of {label} is outside its subnet "
+                problems.append(f"{PREFIX}{node.name}: fabric address {ip} of {label} is outside its subnet "
                                 f"{subnet}; give it an address in that subnet.")
             if management is not None and parsed in management:
-                problems.append(f"{_PREFIX}{node.name}: fabric address {ip} of {label} is inside the management "
+                problems.append(f"{PREFIX}{node.name}: fabric address {ip} of {label} is inside the management "
                                 f"subnet {management}; the fabric must not share the management network, "
                                 "give it an address in its twin's subnet.")
             if management_ip is not None and parsed == management_ip:
-                problems.append(f"{_PREFIX}{node.name}: management address (ansible_host) {node.address} is also "
+                problems.append(f"{PREFIX}{node.name}: management address (ansible_host) {node.address} is also "
                                 f"the fabric address of {label}; set ansible_host to the node's management "
                                 "address (enP7s7), not a fabric one.")
             holders.setdefault(parsed, []).append(f"{node.name} ({label})")
     for address, users in holders.items():
         if len(users) > 1:
-            problems.append(f"{_PREFIX}fabric address {address} is used by {' and '.join(users)}; "
+            problems.append(f"{PREFIX}fabric address {address} is used by {' and '.join(users)}; "
                             "give every node and twin its own fabric address.")
-
-
-# --- host variables -------------------------------------------------------------
-
-
-def cluster_groups(cluster: Cluster) -> dict[str, list[str]]:
-    """The inventory groups: ``sparks`` (all, by rank), ``head`` and ``workers`` (by rank)."""
-    ordered = sorted(cluster.nodes, key=lambda node: (node.rank if _is_int(node.rank) else len(cluster.nodes)))
-    return {
-        GROUP_ALL: [node.name for node in ordered],
-        GROUP_HEAD: [node.name for node in ordered if node.head],
-        GROUP_WORKERS: [node.name for node in ordered if not node.head],
-    }
-
-
-def cluster_hostvars(cluster: Cluster) -> dict[str, dict]:
-    """The contract's host variables of every node, by node name."""
-    heads = [node for node in cluster.nodes if node.head]
-    head_fabric_ip = heads[0].fabric_ips[0] if len(heads) == 1 and heads[0].fabric_ips else None
-    shared: dict[str, Any] = {
-        "sparkserve_world_size": len(cluster.nodes),
-        "sparkserve_head_fabric_ip": head_fabric_ip,
-        "sparkserve_fabric_mtu": cluster.mtu,
-        "sparkserve_fabric_interfaces": [twin.interface for twin in cluster.twins],
-        "sparkserve_rdma_devices": [twin.rdma_device for twin in cluster.twins],
-        "sparkserve_fabric_subnets": [twin.subnet for twin in cluster.twins],
-        "sparkserve_rdma_sysfs_root": cluster.rdma_sysfs_root,
-        "sparkserve_fabric_topology": cluster.topology,
-    }
-    if not cluster.fabric:  # no fabric: none of its variables, so the fabric stage has nothing to do
-        shared = {"sparkserve_world_size": len(cluster.nodes), "sparkserve_head_fabric_ip": None}
-    if cluster.management_subnet is not None:
-        shared["sparkserve_management_subnet"] = cluster.management_subnet
-    result: dict[str, dict] = {}
-    for node in cluster.nodes:
-        hostvars: dict[str, Any] = {
-            "ansible_host": node.address,
-            "sparkserve_rank": node.rank,
-        }
-        if cluster.fabric:
-            hostvars["sparkserve_fabric_ip"] = node.fabric_ips[0] if node.fabric_ips else None
-            hostvars["sparkserve_fabric_ips"] = list(node.fabric_ips)
-        for key, value in shared.items():
-            hostvars[key] = list(value) if isinstance(value, list) else value
-        if cluster.fabric and node.twins is not None:
-            hostvars["sparkserve_fabric_interfaces"] = [twin.interface for twin in node.twins]
-            hostvars["sparkserve_rdma_devices"] = [twin.rdma_device for twin in node.twins]
-            hostvars["sparkserve_fabric_subnets"] = [twin.subnet for twin in node.twins]
-        result[node.name] = hostvars
-    return result
-
-
-def _as_int(value: Any) -> int | None:
-    if _is_int(value):
-        return value
-    if isinstance(value, str) and re.fullmatch(r"\s*-?[0-9]+\s*", value):
-        return int(value)
-    return None
-
-
-def _as_str_list(value: Any) -> list[str] | None:
-    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
-        return None
-    if not all(isinstance(item, str) for item in value):
-        return None
-    return [str(item) for item in value]
-
-
-def cluster_from_hostvars(names: list[str], hostvars: dict, head_names: list[str]) -> Cluster:
-    """Build the cluster from a plain YAML inventory's host variables.
-
-    ``names`` are the hosts of the ``sparks`` group, ``head_names`` those of the
-    ``head`` group. Raises ValueError naming every host and variable that is
-    missing, malformed, or disagrees with the rest of the cluster. The topology
-    rules themselves are ``validate_cluster``'s. A host without ``ansible_host``
-    is reached by its name, as Ansible does; ``sparkserve_rdma_sysfs_root``
-    defaults to /sys/class/infiniband and ``sparkserve_management_subnet`` is
-    optional.
-    """
-    problems: list[str] = []
-    unknown_heads = [name for name in head_names if name not in names]
-    if unknown_heads:
-        problems.append(f"{_PREFIX}the head group names {', '.join(unknown_heads)}, not in the sparks group; "
-                        "put the head in the sparks group too.")
-
-    present: list[tuple[str, Mapping]] = []
-    for name in names:
-        variables = hostvars.get(name) if isinstance(hostvars, Mapping) else None
-        if not isinstance(variables, Mapping):
-            problems.append(f"{_PREFIX}{name}: has no host variables; define the host in the inventory.")
-            continue
-        present.append((name, variables))
-
-    def missing(name: str, var: str, what: str) -> None:
-        problems.append(f"{_PREFIX}{name}: {var} is missing; set it to {what}.")
-
-    def malformed(name: str, var: str, value: Any, what: str) -> None:
-        problems.append(f"{_PREFIX}{name}: {var} is {value!r}; set it to {what}.")
-
-    # Sparks with no fabric (a deployment on one node): no host names a fabric variable.
-    fabric = len(names) > 1 or any(var in variables for _, variables in present for var in _FABRIC_VARS)
-    required_wide = {
-        "sparkserve_fabric_mtu": "the fabric MTU, a whole number (9000)",
-        "sparkserve_fabric_interfaces": "the list of the twins' interfaces ([enp1s0f1np1, enP2p1s0f1np1])",
-        "sparkserve_rdma_devices": "the list of the twins' RDMA devices ([rocep1s0f1, roceP2p1s0f1])",
-        "sparkserve_fabric_subnets": "the list of the twins' subnets ([192.168.100.0/24, 192.168.101.0/24])",
-        "sparkserve_world_size": f"the number of nodes ({len(names)})",
-        "sparkserve_head_fabric_ip": "the head's twin 1 fabric address",
-    }
-    wide: dict[str, Any] = {}
-    wide_from: dict[str, str] = {}
-    if not fabric:
-        for var in _FABRIC_VARS + ("sparkserve_head_fabric_ip",):
-            required_wide.pop(var, None)
-    # In a ring each node lists its own twins, so those lists are read per node below.
-    ring = fabric and any(variables.get("sparkserve_fabric_topology") == TOPOLOGY_RING for _, variables in present)
-    for name, variables in present:
-        for var in _CLUSTER_WIDE:
-            if ring and var in _PER_NODE_IN_RING:
-                continue
-            if var not in variables:
-                if var in required_wide:
-                    missing(name, var, required_wide[var])
-                continue
-            value = variables[var]
-            if var not in wide:
-                wide[var], wide_from[var] = value, name
-            elif value != wide[var]:
-                problems.append(f"{_PREFIX}{name}: {var} is {value!r} but {wide_from[var]} has {wide[var]!r}; "
-                                "it describes the cluster, give every host the same value.")
-
-    mtu: Any = wide.get("sparkserve_fabric_mtu")
-    if "sparkserve_fabric_mtu" in wide:
-        parsed_mtu = _as_int(mtu)
-        if parsed_mtu is None:
-            malformed(wide_from["sparkserve_fabric_mtu"], "sparkserve_fabric_mtu", mtu, "a whole number (9000)")
-        else:
-            mtu = parsed_mtu
-
-    lists: dict[str, list[str]] = {}
-    for var in ("sparkserve_fabric_interfaces", "sparkserve_rdma_devices", "sparkserve_fabric_subnets"):
-        if var in wide:
-            value = _as_str_list(wide[var])
-            if value is None:
-                malformed(wide_from[var], var, wide[var], required_wide[var])
-            else:
-                lists[var] = value
-    if len(lists) == 3 and len({len(value) for value in lists.values()}) != 1:
-        problems.append(
-            f"{_PREFIX}the twin lists differ in length: "
-            f"{_count(len(lists['sparkserve_fabric_interfaces']), 'interface')}, "
-            f"{_count(len(lists['sparkserve_rdma_devices']), 'RDMA device')}, "
-            f"{_count(len(lists['sparkserve_fabric_subnets']), 'subnet')}; "
-            "give sparkserve_fabric_interfaces, sparkserve_rdma_devices and sparkserve_fabric_subnets "
-            "one entry per twin."
-        )
-
-    sysfs_root = wide.get("sparkserve_rdma_sysfs_root", DEFAULT_RDMA_SYSFS_ROOT)
-    management_subnet = wide.get("sparkserve_management_subnet")
-    if management_subnet is not None:
-        management_subnet = str(management_subnet)
-
-    nodes: list[Node] = []
-    for name, variables in present:
-        rank: Any = None
-        if "sparkserve_rank" not in variables:
-            missing(name, "sparkserve_rank", "the node's rank, 0 for the head")
-        else:
-            rank = _as_int(variables["sparkserve_rank"])
-            if rank is None:
-                malformed(name, "sparkserve_rank", variables["sparkserve_rank"], "the node's rank, a whole number")
-        fabric_ips: list[str] = []
-        if not fabric:
-            pass
-        elif "sparkserve_fabric_ips" not in variables:
-            missing(name, "sparkserve_fabric_ips", "the node's fabric addresses, one per twin")
-        else:
-            value = _as_str_list(variables["sparkserve_fabric_ips"])
-            if value is None:
-                malformed(name, "sparkserve_fabric_ips", variables["sparkserve_fabric_ips"],
-                          "a list of the node's fabric addresses, one per twin")
-            else:
-                fabric_ips = value
-        if not fabric:
-            pass
-        elif "sparkserve_fabric_ip" not in variables:
-            missing(name, "sparkserve_fabric_ip",
-                    "the node's twin 1 fabric address (the first of sparkserve_fabric_ips)")
-        elif fabric_ips and variables["sparkserve_fabric_ip"] != fabric_ips[0]:
-            malformed(name, "sparkserve_fabric_ip", variables["sparkserve_fabric_ip"],
-                      f"{fabric_ips[0]}, the first of sparkserve_fabric_ips")
-        address = variables.get("ansible_host", name)
-        own_twins = _node_twins(name, variables, required_wide, problems) if ring else None
-        # A deployment's rank on a node (DEPLOYMENT@NODE, with several deployments) is checked as its node.
-        nodes.append(Node(name=str(variables.get("sparkserve_node") or name), address=str(address), rank=rank,
-                          fabric_ips=fabric_ips, head=name in head_names, twins=own_twins))
-
-    world_size = wide.get("sparkserve_world_size")
-    if world_size is not None and _as_int(world_size) != len(names):
-        malformed(wide_from["sparkserve_world_size"], "sparkserve_world_size", world_size,
-                  f"{len(names)}, the number of hosts in the sparks group")
-    heads = [node for node in nodes if node.head]
-    head_ip = wide.get("sparkserve_head_fabric_ip")
-    if head_ip is not None and len(heads) == 1 and heads[0].fabric_ips and head_ip != heads[0].fabric_ips[0]:
-        malformed(wide_from["sparkserve_head_fabric_ip"], "sparkserve_head_fabric_ip", head_ip,
-                  f"{heads[0].fabric_ips[0]}, the twin 1 fabric address of the head {heads[0].name}")
-
-    if problems:
-        raise ValueError("\n".join(problems))
-    if not fabric:
-        return Cluster(nodes=nodes, twins=[], mtu=mtu, management_subnet=management_subnet,
-                       rdma_sysfs_root=str(sysfs_root), fabric=False)
-    topology = str(wide.get("sparkserve_fabric_topology", TOPOLOGY_SWITCH))
-    if ring:
-        return Cluster(nodes=nodes, twins=[], mtu=mtu, management_subnet=management_subnet,
-                       rdma_sysfs_root=str(sysfs_root), topology=topology)
-    twins = [Twin(interface=interface, rdma_device=device, subnet=subnet) for interface, device, subnet in zip(
-        lists["sparkserve_fabric_interfaces"], lists["sparkserve_rdma_devices"], lists["sparkserve_fabric_subnets"],
-        strict=True)]
-    return Cluster(nodes=nodes, twins=twins, mtu=mtu, management_subnet=management_subnet,
-                   rdma_sysfs_root=str(sysfs_root), topology=topology)
-
-
-def _node_twins(name: str, variables: Mapping, required: Mapping[str, str], problems: list[str]) -> list[Twin]:
-    """A ring node's own twins from its interface, device and subnet lists (each reported when missing,
-    malformed or of another length)."""
-    lists: dict[str, list[str]] = {}
-    for var in _PER_NODE_IN_RING:
-        if var not in variables:
-            problems.append(f"{_PREFIX}{name}: {var} is missing; set it to {required[var]}, this node's own in a ring.")
-            continue
-        value = _as_str_list(variables[var])
-        if value is None:
-            problems.append(f"{_PREFIX}{name}: {var} is {variables[var]!r}; set it to {required[var]}.")
-        else:
-            lists[var] = value
-    if len(lists) != len(_PER_NODE_IN_RING):
-        return []
-    if len({len(value) for value in lists.values()}) != 1:
-        problems.append(f"{_PREFIX}{name}: its twin lists differ in length; give sparkserve_fabric_interfaces, "
-                        "sparkserve_rdma_devices and sparkserve_fabric_subnets one entry per twin.")
-        return []
-    return [Twin(interface=interface, rdma_device=device, subnet=subnet) for interface, device, subnet in zip(
-        *(lists[var] for var in _PER_NODE_IN_RING), strict=True)]

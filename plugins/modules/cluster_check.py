@@ -68,7 +68,8 @@ cluster:
 from dataclasses import asdict
 from typing import Any
 
-from ansible_collections.sparkserve.deploy.plugins.module_utils.cluster import cluster_from_hostvars, validate_cluster
+from ansible_collections.sparkserve.deploy.plugins.module_utils.cluster import validate_cluster
+from ansible_collections.sparkserve.deploy.plugins.module_utils.cluster_hostvars import cluster_from_hostvars
 from ansible_collections.sparkserve.deploy.plugins.module_utils.controller_module import run_module
 
 ARGUMENT_SPEC: dict[str, Any] = {

@@ -14,10 +14,12 @@ from ansible_collections.sparkserve.deploy.plugins.module_utils.cluster import (
     Cluster,
     Node,
     Twin,
+    validate_cluster,
+)
+from ansible_collections.sparkserve.deploy.plugins.module_utils.cluster_hostvars import (
     cluster_from_hostvars,
     cluster_groups,
     cluster_hostvars,
-    validate_cluster,
 )
 from ansible_collections.sparkserve.deploy.plugins.modules.cluster_check import run
 

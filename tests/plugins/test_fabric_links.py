@@ -15,7 +15,8 @@ from ansible_collections.sparkserve.deploy.plugins.filter.fabric_links import (
     fabric_routes,
     fabric_slow_twins,
 )
-from ansible_collections.sparkserve.deploy.plugins.module_utils.cluster import cluster_from_hostvars, validate_cluster
+from ansible_collections.sparkserve.deploy.plugins.module_utils.cluster import validate_cluster
+from ansible_collections.sparkserve.deploy.plugins.module_utils.cluster_hostvars import cluster_from_hostvars
 from ansible_collections.sparkserve.deploy.plugins.module_utils.fabric_links import (
     SPARK_PORTS,
     NodeFabric,

@@ -15,6 +15,7 @@ from typing import Any, Iterator, Sequence
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
+from ansible_collections.sparkserve.deploy.plugins.module_utils import node_files_plan
 from ansible_collections.sparkserve.deploy.plugins.modules import node_files as nf
 from tests.tree import snapshot
 
@@ -185,11 +186,11 @@ def test_the_diff_leaves_out_binary_and_large_content(tmp_path: Path, capsys: py
     binary.write_bytes(b"\xff\x00\x01")
     large = tmp_path / "large"
     result = run_main({"files": [{"dest": str(binary), "content": "text now\n"},
-                                 {"dest": str(large), "content": "x" * (nf.MAX_DIFF_BYTES + 1)}],
+                                 {"dest": str(large), "content": "x" * (node_files_plan.MAX_DIFF_BYTES + 1)}],
                        "_ansible_diff": True}, capsys)
     first, second = result["diff"]
     assert first["dst_binary"] == 1 and "before" not in first and "after" not in first
-    assert second["src_larger"] == nf.MAX_DIFF_BYTES and "after" not in second
+    assert second["src_larger"] == node_files_plan.MAX_DIFF_BYTES and "after" not in second
     assert binary.read_text(encoding="utf-8") == "text now\n"
 
 
@@ -319,7 +320,7 @@ def test_a_directory_another_call_made_since_the_plan_is_taken_as_made(tmp_path:
     shared = tmp_path / "etc" / "sparkserve" / "supervisor"
     real = nf.plan
 
-    def other_call_first(*args: Any, **kwargs: Any) -> list[nf.Action]:
+    def other_call_first(*args: Any, **kwargs: Any) -> list[node_files_plan.Action]:
         actions = real(*args, **kwargs)
         shared.mkdir(parents=True, mode=0o700)
         (shared / "lab-tp1.json").write_text("{}")
@@ -338,7 +339,7 @@ def test_a_file_where_a_planned_directory_goes_still_fails(tmp_path: Path, capsy
     wanted = tmp_path / "etc"
     real = nf.plan
 
-    def file_appears(*args: Any, **kwargs: Any) -> list[nf.Action]:
+    def file_appears(*args: Any, **kwargs: Any) -> list[node_files_plan.Action]:
         actions = real(*args, **kwargs)
         wanted.write_text("not a folder")
         return actions

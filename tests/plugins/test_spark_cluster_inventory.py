@@ -18,10 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from ansible_collections.sparkserve.deploy.plugins.module_utils.cluster import (
-    cluster_from_hostvars,
-    validate_cluster,
-)
+from ansible_collections.sparkserve.deploy.plugins.module_utils.cluster import validate_cluster
+from ansible_collections.sparkserve.deploy.plugins.module_utils.cluster_hostvars import cluster_from_hostvars
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "inventory/example"
