@@ -143,12 +143,14 @@ class Gateway:
             self.process = subprocess.Popen([NGINX, "-e", str(self.folder / "log" / "error.log"), "-c",
                                              str(self.folder / config.CONFIG_FILE), "-g", "daemon off;"],
                                             stderr=stderr)
-        for _ in range(200):
+        deadline = time.monotonic() + 50  # a loaded machine can take seconds to start it
+        while time.monotonic() < deadline:
             try:
                 if self.request("GET", "/health")[0] == 200:
                     return
             except OSError:
-                time.sleep(0.05)
+                pass
+            time.sleep(0.05)
         raise AssertionError("the gateway did not answer /health")
 
     def workers(self) -> dict[int, str]:
