@@ -5,7 +5,9 @@ comes after 1 MB of messages, streaming without buffering, a reload during a str
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
+import socket
 import subprocess
 import threading
 import time
@@ -74,6 +76,13 @@ def test_no_key_means_open_on_loopback_only() -> None:
     assert _routes(gateway)["open"] is True
     keyed = _build([{"name": "alice", "key": ALICE}])
     assert "listen 0.0.0.0:4000;" in config.render_config(keyed) and _routes(keyed)["open"] is False
+
+
+def test_the_ipv6_wildcard_listens_on_both_families() -> None:
+    text = config.render_config(_build([{"name": "alice", "key": ALICE}], listen="::"))
+    assert "listen [::]:4000 ipv6only=off;" in text
+    text = config.render_config(_build([{"name": "alice", "key": ALICE}], listen="fd00::1", tls=True))
+    assert "listen [fd00::1]:4000 ssl;" in text
 
 
 def test_health_names_the_digest_of_both_files_which_any_change_changes() -> None:
@@ -351,6 +360,26 @@ def test_a_reload_that_widens_the_listen_address_leaves_the_old_configuration_a_
     finally:
         gateway.stop()
         engine.stop()
+
+
+def test_a_gateway_on_the_ipv6_wildcard_answers_on_both_loopbacks(tmp_path: Path) -> None:
+    # gateway_listen "::" means every address: the role asks /health at 127.0.0.1, clients may come over either.
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError as err:
+        pytest.skip(f"this kernel has no IPv6 loopback: {err}")
+    gateway = Gateway(tmp_path, free_port())
+    gateway.write([{"deployment": "big", "models": ["glm"], "host": "127.0.0.1", "port": 1}],
+                  [{"name": "alice", "key": ALICE}], listen="::")
+    gateway.start()  # it waits for 127.0.0.1 to answer /health
+    try:
+        connection = http.client.HTTPConnection("::1", gateway.port, timeout=30)
+        connection.request("GET", "/v1/models")
+        assert connection.getresponse().status == 401  # the same server, asking for a key
+        connection.close()
+    finally:
+        gateway.stop()
 
 
 def test_a_bad_config_fails_nginx_check_and_the_served_one_stays(tmp_path: Path) -> None:

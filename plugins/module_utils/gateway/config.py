@@ -321,10 +321,12 @@ def render_config(gateway: Gateway, digest: str = "") -> str:
         "    error_page 502 504 = @unavailable;",
     ]
     listen = "%s:%d" % (_bracket(gateway.listen_address), gateway.port)
+    # "::" is every address: nginx's [::] would take IPv6 alone (and not 127.0.0.1, where the node asks).
+    both_families = " ipv6only=off" if gateway.listen_address == "::" else ""
     out += [
         "",
         "  server {",
-        "    listen %s%s;" % (listen, " ssl" if gateway.tls else ""),
+        "    listen %s%s%s;" % (listen, " ssl" if gateway.tls else "", both_families),
     ]
     if gateway.tls:
         out += [
