@@ -19,6 +19,8 @@ description:
   - Its companion C(gateway_config_digest) takes these files and returns the digest the configuration's
     C(/health) answers with, in its C(X-Sparkserve-Config) header; a run that changed the configuration asks
     for it to know the new one serves.
+  - Its companion C(gateway_listen_lines) takes the text of an nginx.conf (rendered here, or the one in place)
+    and returns its listen lines: where they differ, nginx must restart to bind them.
 options:
   _input:
     description: The deployments behind the gateway, each C(deployment), C(models), C(host) and C(port).
@@ -69,6 +71,12 @@ def gateway_config_digest(files: Dict[str, str]) -> str:
     return digest
 
 
+def gateway_listen_lines(nginx_conf: str) -> List[str]:
+    """The listen lines of an nginx.conf's text (gateway_files' own, or the one in place), sorted."""
+    return config.listen_lines(nginx_conf)
+
+
 class FilterModule:
     def filters(self) -> Dict[str, Any]:
-        return {"gateway_files": gateway_files, "gateway_config_digest": gateway_config_digest}
+        return {"gateway_files": gateway_files, "gateway_config_digest": gateway_config_digest,
+                "gateway_listen_lines": gateway_listen_lines}

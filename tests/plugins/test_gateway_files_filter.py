@@ -1,4 +1,4 @@
-"""The gateway_files filter plugin and its companion gateway_config_digest."""
+"""The gateway_files filter plugin and its companions gateway_config_digest and gateway_listen_lines."""
 
 from __future__ import annotations
 
@@ -22,6 +22,19 @@ def test_the_digest_is_the_one_health_names_in_the_rendered_files() -> None:
     assert f"add_header {config.CONFIG_HEADER} {digest} always;" in files[config.CONFIG_FILE]
     opened = filters["gateway_files"](ROUTES, [], SETTINGS)  # no key: loopback only, another configuration
     assert filters["gateway_config_digest"](opened) != digest
+
+
+def test_listen_lines_change_with_where_it_listens_and_not_with_the_keys() -> None:
+    filters = plugin.FilterModule().filters()
+    lines = filters["gateway_listen_lines"]
+    keyed = filters["gateway_files"](ROUTES, [{"name": "alice", "key": "alice-key-0123456789abcdef"}], SETTINGS)
+    other = filters["gateway_files"](ROUTES, [{"name": "bob", "key": "bob-key-0123456789abcdefgh"}], SETTINGS)
+    opened = filters["gateway_files"](ROUTES, [], SETTINGS)
+    assert lines(keyed[config.CONFIG_FILE]) == ["listen 0.0.0.0:4000;"] == lines(other[config.CONFIG_FILE])
+    assert lines(opened[config.CONFIG_FILE]) == ["listen 127.0.0.1:4000;"]
+    # As the role reads the one in place: the whole file, or nothing where there is none yet.
+    assert lines("  # listen 1.2.3.4:1;\n    listen [::]:4000 ipv6only=off;\n") == ["listen [::]:4000 ipv6only=off;"]
+    assert lines("") == []
 
 
 @pytest.mark.parametrize("files", [{}, {config.CONFIG_FILE: "events {}\n"}])

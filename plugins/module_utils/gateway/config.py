@@ -36,6 +36,7 @@ JS_MODULE = "/usr/lib/nginx/modules/ngx_http_js_module.so"
 # as when it cannot bind a changed listen address).
 CONFIG_HEADER = "X-Sparkserve-Config"
 _DIGEST_LINE = re.compile(r"add_header %s ([0-9a-f]+) always;" % CONFIG_HEADER)
+_LISTEN_LINE = re.compile(r"^ *(listen .*;)$", re.MULTILINE)
 # Files of the gateway's folder, by role.
 CONFIG_FILE = "nginx.conf"
 ROUTES_FILE = "routes.js"
@@ -403,3 +404,9 @@ def served_digest(nginx_conf: str) -> str:
     """The digest a rendered nginx.conf's /health answers with (CONFIG_HEADER); empty when it names none."""
     found = _DIGEST_LINE.search(nginx_conf)
     return found.group(1) if found else ""
+
+
+def listen_lines(nginx_conf: str) -> list[str]:
+    """What a rendered nginx.conf listens on, its listen lines in order; nginx binds a change of them only
+    when it starts (a reload keeps the sockets it holds)."""
+    return sorted(_LISTEN_LINE.findall(nginx_conf))
