@@ -112,15 +112,16 @@ lint-prometheus:
 
 ## molecule: two labs at once, on the two cores. On one, default destroys what
 ## an earlier run left and creates the 2-node lab, supervisor runs the
-## supervisor's faults on it, and cluster4 grows it to 4 nodes and destroys it
-## at the end; beside it, the faults scenario brings up
+## supervisor's faults on it, cluster4 grows it to 4 nodes and destroys it,
+## and fleet brings up two deployments on 2 nodes, then one node, and destroys
+## that; beside it, the faults scenario brings up
 ## its own 2-node lab (molecule/faults/vars/lab.yml) and destroys it at the
 ## end. The images both labs use are built first, once. The faults' output is
 ## kept in .cache/faults.log and shown after the other scenarios'.
 molecule:
 	@$(TIMED) "lab images" -- ansible-playbook playbooks/lab.yml --tags lab-images
 	@$(MAKE) --no-print-directory molecule-faults >.cache/faults.log 2>&1 & faults=$$!; \
-	$(MAKE) --no-print-directory molecule-default molecule-supervisor molecule-cluster4; lab=$$?; \
+	$(MAKE) --no-print-directory molecule-default molecule-supervisor molecule-cluster4 molecule-fleet; lab=$$?; \
 	wait $$faults; faulty=$$?; \
 	echo "--- the faults scenario (.cache/faults.log) ---"; cat .cache/faults.log; \
 	test $$lab -eq 0 -a $$faulty -eq 0
@@ -134,8 +135,7 @@ molecule-faults:
 molecule-supervisor:
 	@$(TIMED) "molecule supervisor" -- molecule test -s supervisor
 
-# Several deployments on a 2-node lab, then a one-node lab (LAB_NODES=1); not
-# part of make test (its 5 min do not fit the budget beside the others).
+# Several deployments on a 2-node lab, then a one-node lab (LAB_NODES=1).
 # Its create must always rewrite the lab's cluster file, so its state is reset.
 molecule-fleet:
 	@molecule reset -s fleet >/dev/null 2>&1 || true
