@@ -20,7 +20,7 @@ description:
     C(/health) answers with, in its C(X-Sparkserve-Config) header; a run that changed the configuration asks
     for it to know the new one serves.
   - Its companion C(gateway_listen_lines) takes the text of an nginx.conf (rendered here, or the one in place)
-    and returns its listen lines: where they differ, nginx must restart to bind them.
+    and returns its listen lines; where they differ, nginx must restart to bind them.
 options:
   _input:
     description: The deployments behind the gateway, each C(deployment), C(models), C(host) and C(port).
