@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from ansible_collections.sparkserve.deploy.plugins.plugin_utils.inventory_refusal import SPARKS, no_spark
+from ansible_collections.sparkserve.deploy.plugins.plugin_utils.inventory_refusal import ABSENT, SPARKS, no_spark
 
 DOCUMENTATION = r"""
 name: no_spark
@@ -13,7 +13,8 @@ version_added: "0.3.0"
 description:
   - The same sentence the C(sparkserve.deploy.inventory_guard) vars plugin raises, for an inventory the guard never
     sees (one given as a host list, C(-i a,b,)), saying what the inventory holds, where its hosts are, and the fix.
-  - Empty when the sparks group has a host.
+  - Empty when the sparks group has a host, or the absent group (deployments marked state absent, which site.yml
+    stops).
 options:
   _input:
     description: The inventory's sources (C(ansible_inventory_sources)).
@@ -39,8 +40,8 @@ _value:
 
 def no_spark_message(sources: Sequence[str], groups: Mapping[str, Sequence[str]]) -> str:
     """The refusal for an inventory whose sparks group is missing or empty; '' when it has a Spark."""
-    if groups.get(SPARKS):
-        return ""
+    if groups.get(SPARKS) or groups.get(ABSENT):
+        return ""  # with only absent deployments, the guard has let site.yml through to stop them
     placement: dict[str, list[str]] = {}
     for group, hosts in groups.items():
         for host in hosts:

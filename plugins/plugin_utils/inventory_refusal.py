@@ -27,6 +27,8 @@ GUARD = "sparkserve.deploy.inventory_guard"
 # A variable of the group all, set only on the way to the guard's error.
 REFUSED = "__sparkserve_inventory_refused"
 SPARKS = "sparks"
+# The hosts of the deployments the inventory marks state: absent (site.yml stops them).
+ABSENT = "absent"
 EXAMPLES = ("put every Spark in the sparks group (all.children.sparks.hosts), the head also in its child group "
             "head and the others in workers, as inventory/example/hosts.yml does; or describe the cluster in a "
             "cluster file named NAME.sparks.yml (inventory/example/two-sparks.sparks.yml)")
@@ -64,8 +66,11 @@ def no_spark(sources: Iterable[str], has_sparks: bool, placement: Mapping[str, I
     (other than all and ungrouped).
     """
     where = f"inventory {', '.join(sources) or '(none given)'}"
-    what = "the sparks group has no hosts" if has_sparks else "there is no sparks group"
     hosts = sorted(placement)
+    if hosts and all(ABSENT in placement[host] for host in hosts):
+        return (f"{where}: every deployment it names is marked state: absent, so there is nothing here to serve "
+                f"or ask. site.yml (sparkserve up) stops them; mark one present to serve it again.")
+    what = "the sparks group has no hosts" if has_sparks else "there is no sparks group"
     groups = sorted({group for host in hosts for group in placement[host]} - {SPARKS})
     if not hosts:
         found = "; the inventory has no host at all"

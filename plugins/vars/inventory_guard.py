@@ -19,7 +19,9 @@ description:
   - An inventory meant for sparkserve (it has a C(sparks) group, sets a C(sparkserve_*) variable, or is given to one
     of sparkserve's own playbooks, site.yml and playbooks/*.yml but the lab's) with no host in the C(sparks) group.
     Every sparkserve play runs on that group, so such a run would skip every play and succeed having done nothing.
-    The message names the inventory, where its hosts are, and the fix.
+    The message names the inventory, where its hosts are, and the fix. An inventory whose every deployment is marked
+    C(state=absent) (its hosts in the C(absent) group) is let through to site.yml, which stops them, and refused for
+    the other playbooks, saying so.
   - Any other inventory (the lab playbook's, a scenario's own) is left alone.
   - Enabled in ansible.cfg
     (C(vars_plugins_enabled = ansible.builtin.host_group_vars, sparkserve.deploy.inventory_guard)).
@@ -40,6 +42,7 @@ from ansible.inventory.group import Group
 from ansible.plugins.vars import BaseVarsPlugin
 
 from ansible_collections.sparkserve.deploy.plugins.plugin_utils.inventory_refusal import (
+    ABSENT,
     SPARKS,
     left,
     no_spark,
@@ -50,6 +53,8 @@ _PREFIX = "sparkserve_"
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
 # sparkserve's playbooks that run on the controller alone.
 _CONTROLLER_PLAYBOOKS = ("lab.yml", "lab-destroy.yml")
+# The one that stops the deployments marked absent, which is all there is to do when every deployment is.
+_STOPPING_PLAYBOOK = "site.yml"
 
 
 class VarsModule(BaseVarsPlugin):
@@ -70,6 +75,9 @@ def _refuse(everything: Group, path: str) -> None:
     sparks = next((group for group in groups if group.name == SPARKS), None)
     if sparks is not None and sparks.get_hosts():
         return
+    absent = next((group for group in groups if group.name == ABSENT), None)
+    if absent is not None and absent.get_hosts() and _runs_playbook(_STOPPING_PLAYBOOK):
+        return  # site.yml stops every deployment: each is marked absent
     hosts = everything.get_hosts()
     meant = sparks is not None or _runs_sparkserve_playbook() or any(
         name.startswith(_PREFIX) for holder in [*groups, *hosts] for name in holder.vars)
@@ -79,6 +87,11 @@ def _refuse(everything: Group, path: str) -> None:
     placement = {host.name: [group.name for group in host.get_groups() if group.name not in ("all", "ungrouped")]
                  for host in hosts}
     raise AnsibleError(no_spark(sources, sparks is not None, placement))
+
+
+def _runs_playbook(path: str) -> bool:
+    """Whether ansible-playbook was given this playbook (its path from the checkout's root)."""
+    return any(os.path.realpath(str(given)) == os.path.join(_ROOT, path) for given in context.CLIARGS.get("args") or ())
 
 
 def _runs_sparkserve_playbook() -> bool:

@@ -126,6 +126,29 @@ def test_a_plain_inventory_given_to_a_sparkserve_playbook_is_refused(tmp_path: P
         )
 
 
+def test_an_inventory_whose_every_deployment_is_absent_goes_to_site_yml_alone(tmp_path: Path) -> None:
+    """site.yml stops the deployments marked absent, which is all there is to do; the other playbooks say so."""
+    inventory = write(tmp_path, """\
+        plugin: sparkserve.deploy.spark_cluster
+        management_subnet: 127.0.0.0/24
+        deployments:
+          - {name: old-model, recipe: lab-tp1, state: absent}
+        nodes:
+          - {name: spark-1, address: 127.0.0.11}
+        """, "one.sparks.yml")
+    for name in ("playbooks/status.yml", "playbooks/render.yml", "playbooks/bench.yml", "playbooks/stop.yml"):
+        assert refused_as_read(playbook(tmp_path, inventory, name)) == (
+            f"inventory {inventory}: every deployment it names is marked state: absent, so there is nothing here to "
+            "serve or ask. site.yml (sparkserve up) stops them; mark one present to serve it again."
+        )
+    listed = playbook(tmp_path, inventory, "site.yml", "--list-hosts")
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    stop = listed.stdout.split("Stop the engine", 1)[1]
+    assert re.match(r"\s+TAGS: \[\]\s+pattern: \['absent'\]\s+hosts \(1\):\s+spark-1\n", stop), stop
+    # The play that refuses an inventory with no Spark (for the inventories the guard does not see) lets it by.
+    assert re.search(r"Check the inventory has a Spark\s+TAGS: \[\]\s+pattern: \[\]\s+hosts \(0\)", listed.stdout)
+
+
 def test_an_inventory_given_as_a_host_list_stops_the_run(tmp_path: Path) -> None:
     """-i a,b, is no file, so the guard never sees it; the context play refuses it with the guard's sentence."""
     done = ansible(tmp_path, "ansible-playbook", "-i", "spark-a,spark-b,", str(ROOT / "site.yml"))
