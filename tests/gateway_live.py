@@ -3,12 +3,15 @@ renders, in front of engine doubles that answer the OpenAI routes on loopback.""
 
 from __future__ import annotations
 
+import datetime
 import http.client
+import ipaddress
 import json
 import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import threading
 import time
@@ -17,6 +20,11 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from ansible_collections.sparkserve.deploy.plugins.module_utils.gateway import config
 
@@ -103,6 +111,28 @@ class Engine:
             self.server.server_close()
 
 
+def self_signed(folder: Path) -> ssl.SSLContext:
+    """An owner's certificate for 127.0.0.1 and its key, written where the role stages them (tls.crt, tls.key);
+    a client context that trusts it alone and checks the name, as a client given the certificate would."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "sparkserve gateway test")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    certificate = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+                   .serial_number(x509.random_serial_number())
+                   .not_valid_before(now - datetime.timedelta(minutes=5))
+                   .not_valid_after(now + datetime.timedelta(days=1))
+                   .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                                  critical=False)
+                   .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+                   .sign(key, hashes.SHA256()))
+    pem = certificate.public_bytes(serialization.Encoding.PEM)
+    (folder / config.TLS_CERTIFICATE_FILE).write_bytes(pem)
+    (folder / config.TLS_KEY_FILE).write_bytes(key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    (folder / config.TLS_KEY_FILE).chmod(0o600)
+    return ssl.create_default_context(cadata=pem.decode())
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -116,6 +146,8 @@ class Gateway:
     folder: Path
     port: int
     process: subprocess.Popen[bytes] | None = None
+    # With tls=True written: the context of a client that trusts the gateway's certificate.
+    tls: ssl.SSLContext | None = None
 
     def write(self, deployments: Sequence[Mapping[str, Any]], keys: Sequence[Mapping[str, Any]],
               **settings: Any) -> None:
@@ -127,6 +159,7 @@ class Gateway:
                        retry_after_s=7, paths=paths)
         options.update(settings)
         gateway = config.build(deployments, keys, **options)
+        self.tls = self_signed(self.folder) if gateway.tls else None
         for name, text in config.render(gateway).items():
             (self.folder / name).write_text(text)
         shutil.copy(SCRIPT, self.folder / config.SCRIPT_FILE)
@@ -193,10 +226,16 @@ class Gateway:
                 self.process.kill()
                 self.process.wait()
 
+    def connect(self) -> http.client.HTTPConnection:
+        """A connection to the gateway on loopback: HTTPS, checking its certificate, when it has one."""
+        if self.tls is not None:
+            return http.client.HTTPSConnection("127.0.0.1", self.port, timeout=30, context=self.tls)
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+
     def request(self, method: str, path: str, body: Any = None, key: str | None = None,
                 raw: bytes | None = None) -> tuple[int, dict[str, str], Any]:
         """(status, headers, decoded JSON body or text)."""
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        connection = self.connect()
         headers = {"Content-Type": "application/json"}
         if key is not None:
             headers["Authorization"] = "Bearer " + key
@@ -217,7 +256,7 @@ class Gateway:
 
     def stream(self, body: Any, key: str) -> Iterator[bytes]:
         """The pieces of a streamed answer (chunked encoding undone), as they arrive."""
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        connection = self.connect()
         connection.request("POST", "/v1/chat/completions", body=json.dumps(dict(body, stream=True)),
                            headers={"Content-Type": "application/json", "Authorization": "Bearer " + key})
         answer = connection.getresponse()

@@ -362,6 +362,28 @@ def test_a_reload_that_widens_the_listen_address_leaves_the_old_configuration_a_
         engine.stop()
 
 
+def test_with_the_owners_certificate_it_serves_https_alone(tmp_path: Path) -> None:
+    engine = Engine(["glm"]).start()
+    gateway = Gateway(tmp_path, free_port())
+    gateway.write([{"deployment": "big", "models": ["glm"], "host": "127.0.0.1", "port": engine.port}],
+                  [{"name": "alice", "key": ALICE}], tls=True)
+    gateway.start()  # /health over HTTPS, the certificate checked against 127.0.0.1
+    try:
+        assert gateway.request("GET", "/v1/models")[0] == 401
+        status, _, body = gateway.request("GET", "/v1/models", key=ALICE)
+        assert status == 200 and [model["id"] for model in body["data"]] == ["glm"]
+        status, _, body = gateway.request("POST", "/v1/completions", {"model": "glm", "prompt": "hi", "max_tokens": 2},
+                                          key=ALICE)
+        assert status == 200 and body["model"] == "glm"
+        plain = http.client.HTTPConnection("127.0.0.1", gateway.port, timeout=30)
+        plain.request("GET", "/health")
+        assert plain.getresponse().status == 400  # nginx: plain HTTP sent to the HTTPS port
+        plain.close()
+    finally:
+        gateway.stop()
+        engine.stop()
+
+
 def test_a_gateway_on_the_ipv6_wildcard_answers_on_both_loopbacks(tmp_path: Path) -> None:
     # gateway_listen "::" means every address: the role asks /health at 127.0.0.1, clients may come over either.
     try:
