@@ -407,6 +407,6 @@ def served_digest(nginx_conf: str) -> str:
 
 
 def listen_lines(nginx_conf: str) -> list[str]:
-    """What a rendered nginx.conf listens on, its listen lines in order; nginx binds a change of them only
+    """What a rendered nginx.conf listens on, its listen lines sorted; nginx binds a change of them only
     when it starts (a reload keeps the sockets it holds)."""
     return sorted(_LISTEN_LINE.findall(nginx_conf))
