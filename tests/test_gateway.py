@@ -7,11 +7,11 @@ from __future__ import annotations
 import hashlib
 import http.client
 import json
-import socket
 import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -291,30 +291,34 @@ def test_503_with_retry_after_for_a_deployment_that_is_down_and_the_other_serves
         coder.stop()
 
 
-def test_an_engine_still_loading_is_the_gateways_503_with_retry_after(tmp_path: Path) -> None:
-    big = Engine(["glm"], loading=True).start()
+@contextmanager
+def serving_big(tmp_path: Path, loading: bool = False,
+                **settings: Any) -> Iterator[tuple[Gateway, Engine, list[dict[str, Any]]]]:
+    """nginx in front of one engine double (deployment big, model glm) with alice's key; the gateway, the engine
+    and the deployments it was written with. Both are stopped after."""
+    big = Engine(["glm"], loading=loading).start()
     gateway = Gateway(tmp_path, free_port())
-    gateway.write([{"deployment": "big", "models": ["glm"], "host": "127.0.0.1", "port": big.port}],
-                  [{"name": "alice", "key": ALICE}])
-    gateway.start()
+    deployments = [{"deployment": "big", "models": ["glm"], "host": "127.0.0.1", "port": big.port}]
+    gateway.write(deployments, [{"name": "alice", "key": ALICE}], **settings)
     try:
-        error = _error(gateway.request("POST", "/v1/completions", {"prompt": "x", "model": "glm"}, key=ALICE))
-        assert (error["status"], error["code"], error["retry_after"]) == (503, "model_unavailable", "7")
-        assert big.seen, "the request reached the engine, whose own 503 the gateway replaced"
-        big.loading = False
-        assert gateway.request("POST", "/v1/completions", {"prompt": "x", "model": "glm"}, key=ALICE)[0] == 200
+        gateway.start()
+        yield gateway, big, deployments
     finally:
         gateway.stop()
         big.stop()
 
 
+def test_an_engine_still_loading_is_the_gateways_503_with_retry_after(tmp_path: Path) -> None:
+    with serving_big(tmp_path, loading=True) as (gateway, big, _):
+        error = _error(gateway.request("POST", "/v1/completions", {"prompt": "x", "model": "glm"}, key=ALICE))
+        assert (error["status"], error["code"], error["retry_after"]) == (503, "model_unavailable", "7")
+        assert big.seen, "the request reached the engine, whose own 503 the gateway replaced"
+        big.loading = False
+        assert gateway.request("POST", "/v1/completions", {"prompt": "x", "model": "glm"}, key=ALICE)[0] == 200
+
+
 def test_a_reload_during_a_stream_does_not_cut_it(tmp_path: Path) -> None:
-    big = Engine(["glm"]).start()
-    gateway = Gateway(tmp_path, free_port())
-    deployments = [{"deployment": "big", "models": ["glm"], "host": "127.0.0.1", "port": big.port}]
-    gateway.write(deployments, [{"name": "alice", "key": ALICE}])
-    gateway.start()
-    try:
+    with serving_big(tmp_path) as (gateway, big, deployments):
         big.release.clear()
         lines = gateway.stream({"model": "glm", "messages": []}, ALICE)
         assert b"Par" in next(lines)
@@ -326,22 +330,14 @@ def test_a_reload_during_a_stream_does_not_cut_it(tmp_path: Path) -> None:
         big.release.set()
         rest = b"".join(lines)
         assert b"[DONE]" in rest
-    finally:
-        gateway.stop()
-        big.stop()
 
 
 def test_a_reload_that_widens_the_listen_address_leaves_the_old_configuration_a_restart_applies_it(
         tmp_path: Path) -> None:
     # Why the role restarts nginx when the addresses it listens on change, and asks /health which
     # configuration serves: the first key moves the gateway from loopback to every address.
-    engine = Engine(["glm"]).start()
-    gateway = Gateway(tmp_path, free_port())
-    deployments = [{"deployment": "big", "models": ["glm"], "host": "127.0.0.1", "port": engine.port}]
     keys = [{"name": "alice", "key": ALICE}]
-    gateway.write(deployments, keys)
-    gateway.start()
-    try:
+    with serving_big(tmp_path) as (gateway, _, deployments):
         loopback = config.served_digest((tmp_path / config.CONFIG_FILE).read_text())
         assert gateway.served_digest() == loopback
         gateway.write(deployments, keys, listen="0.0.0.0")
@@ -357,18 +353,11 @@ def test_a_reload_that_widens_the_listen_address_leaves_the_old_configuration_a_
         gateway.stop()
         gateway.start()
         assert gateway.served_digest() == everywhere
-    finally:
-        gateway.stop()
-        engine.stop()
 
 
 def test_with_the_owners_certificate_it_serves_https_alone(tmp_path: Path) -> None:
-    engine = Engine(["glm"]).start()
-    gateway = Gateway(tmp_path, free_port())
-    gateway.write([{"deployment": "big", "models": ["glm"], "host": "127.0.0.1", "port": engine.port}],
-                  [{"name": "alice", "key": ALICE}], tls=True)
-    gateway.start()  # /health over HTTPS, the certificate checked against 127.0.0.1
-    try:
+    # start() asks /health over HTTPS, the certificate checked against 127.0.0.1.
+    with serving_big(tmp_path, tls=True) as (gateway, _, _):
         assert gateway.request("GET", "/v1/models")[0] == 401
         status, _, body = gateway.request("GET", "/v1/models", key=ALICE)
         assert status == 200 and [model["id"] for model in body["data"]] == ["glm"]
@@ -379,29 +368,15 @@ def test_with_the_owners_certificate_it_serves_https_alone(tmp_path: Path) -> No
         plain.request("GET", "/health")
         assert plain.getresponse().status == 400  # nginx: plain HTTP sent to the HTTPS port
         plain.close()
-    finally:
-        gateway.stop()
-        engine.stop()
 
 
 def test_a_gateway_on_the_ipv6_wildcard_answers_on_both_loopbacks(tmp_path: Path) -> None:
     # gateway_listen "::" means every address: the role asks /health at 127.0.0.1, clients may come over either.
-    try:
-        with socket.socket(socket.AF_INET6) as probe:
-            probe.bind(("::1", 0))
-    except OSError as err:
-        pytest.skip(f"this kernel has no IPv6 loopback: {err}")
-    gateway = Gateway(tmp_path, free_port())
-    gateway.write([{"deployment": "big", "models": ["glm"], "host": "127.0.0.1", "port": 1}],
-                  [{"name": "alice", "key": ALICE}], listen="::")
-    gateway.start()  # it waits for 127.0.0.1 to answer /health
-    try:
+    with serving_big(tmp_path, listen="::") as (gateway, _, _):  # start() waits for 127.0.0.1 to answer /health
         connection = http.client.HTTPConnection("::1", gateway.port, timeout=30)
         connection.request("GET", "/v1/models")
         assert connection.getresponse().status == 401  # the same server, asking for a key
         connection.close()
-    finally:
-        gateway.stop()
 
 
 def test_a_bad_config_fails_nginx_check_and_the_served_one_stays(tmp_path: Path) -> None:
