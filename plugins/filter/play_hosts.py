@@ -1,4 +1,5 @@
-"""What the pipeline's plays read to choose their hosts: the gateway's node, whether any rank must start."""
+"""What the pipeline's plays read to choose their hosts: the gateway's node, one host of each node, whether any rank
+must start."""
 
 from __future__ import annotations
 
@@ -49,13 +50,17 @@ def relaunching(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, Any]
                for host in groups.get("sparks", []))
 
 
+def _node(host: str, hostvars: Mapping[str, Any]) -> str:
+    """The node a host is on: its sparkserve_node (a fleet's DEPLOYMENT@NODE host), else the host itself."""
+    return str(hostvars[host].get("sparkserve_node", host) if host in hostvars else host)
+
+
 def gateway_hosts(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, Any]) -> list[str]:
     """The host of each node a Spark noted as the gateway's (recipe_gateway_node), once each, in the order of the
     sparks group: the node's host in the nodes group (a fleet's inventory), else the Spark named as the node."""
     host_of_node: dict[str, str] = {}
     for host in groups.get("nodes") or groups.get("sparks", []):
-        node = hostvars[host].get("sparkserve_node", host) if host in hostvars else host
-        host_of_node.setdefault(str(node), host)
+        host_of_node.setdefault(_node(host, hostvars), host)
     found: list[str] = []
     for host in groups.get("sparks", []):
         target = host_of_node.get(str(hostvars[host].get("recipe_gateway_node", "") if host in hostvars else ""))
@@ -64,8 +69,17 @@ def gateway_hosts(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, An
     return found
 
 
+def node_hosts(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, Any]) -> list[str]:
+    """One host of each node the inventory reaches, once each: the nodes group's (else the sparks group's), then,
+    for a node where every deployment is marked absent, the first of their hosts (the absent group)."""
+    host_of_node: dict[str, str] = {}
+    for host in [*(groups.get("nodes") or groups.get("sparks", [])), *groups.get("absent", [])]:
+        host_of_node.setdefault(_node(host, hostvars), host)
+    return list(host_of_node.values())
+
+
 class FilterModule:
-    """sparkserve.deploy.gateway_hosts and relaunching (the doc above names the first)."""
+    """sparkserve.deploy.gateway_hosts, node_hosts and relaunching (the doc above names the first)."""
 
     def filters(self) -> dict[str, Any]:
-        return {"gateway_hosts": gateway_hosts, "relaunching": relaunching}
+        return {"gateway_hosts": gateway_hosts, "node_hosts": node_hosts, "relaunching": relaunching}
