@@ -69,17 +69,29 @@ def gateway_hosts(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, An
     return found
 
 
-def node_hosts(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, Any]) -> list[str]:
-    """One host of each node the inventory reaches, once each: the nodes group's (else the sparks group's), then,
-    for a node where every deployment is marked absent, the first of their hosts (the absent group)."""
+def _host_of_node(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, Any]) -> dict[str, str]:
+    """Each node the inventory reaches and its first host: in the nodes group (else the sparks group), then in the
+    absent group (a node where every deployment is marked absent)."""
     host_of_node: dict[str, str] = {}
     for host in [*(groups.get("nodes") or groups.get("sparks", [])), *groups.get("absent", [])]:
         host_of_node.setdefault(_node(host, hostvars), host)
-    return list(host_of_node.values())
+    return host_of_node
+
+
+def node_hosts(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, Any]) -> list[str]:
+    """One host of each node the inventory reaches, once each: the nodes group's (else the sparks group's), then,
+    for a node where every deployment is marked absent, the first of their hosts (the absent group)."""
+    return list(_host_of_node(groups, hostvars).values())
+
+
+def inventory_nodes(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, Any]) -> list[str]:
+    """The names of the nodes the inventory reaches (as sparkserve_node names them), in node_hosts' order."""
+    return list(_host_of_node(groups, hostvars))
 
 
 class FilterModule:
-    """sparkserve.deploy.gateway_hosts, node_hosts and relaunching (the doc above names the first)."""
+    """sparkserve.deploy.gateway_hosts, node_hosts, inventory_nodes and relaunching (the doc above names the first)."""
 
     def filters(self) -> dict[str, Any]:
-        return {"gateway_hosts": gateway_hosts, "node_hosts": node_hosts, "relaunching": relaunching}
+        return {"gateway_hosts": gateway_hosts, "node_hosts": node_hosts, "inventory_nodes": inventory_nodes,
+                "relaunching": relaunching}

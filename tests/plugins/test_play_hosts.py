@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ansible_collections.sparkserve.deploy.plugins.filter.play_hosts import gateway_hosts, node_hosts, relaunching
+from ansible_collections.sparkserve.deploy.plugins.filter.play_hosts import (gateway_hosts, inventory_nodes, node_hosts,
+                                                                          relaunching)
 
 GROUPS = {"all": ["spark-1", "spark-2", "spark-3", "localhost"], "sparks": ["spark-1", "spark-2", "spark-3"]}
 
@@ -41,12 +42,14 @@ def test_node_hosts_names_each_node_once_with_the_nodes_only_absent_deployments_
               "nodes": ["beta@spark-2"], "absent": ["alpha@spark-1", "gamma@spark-2"]}
     hostvars = {host: {"sparkserve_node": host.split("@")[1]} for host in groups["all"] if "@" in host}
     assert node_hosts(groups, hostvars) == ["beta@spark-2", "alpha@spark-1"]
+    assert inventory_nodes(groups, hostvars) == ["spark-2", "spark-1"]
     # Every deployment absent: their hosts, one per node.
     assert node_hosts({**groups, "sparks": [], "nodes": []}, hostvars) == ["alpha@spark-1", "gamma@spark-2"]
 
 
 def test_node_hosts_of_a_plain_inventory_are_its_sparks() -> None:
     assert node_hosts(GROUPS, {}) == ["spark-1", "spark-2", "spark-3"]
+    assert inventory_nodes(GROUPS, {}) == ["spark-1", "spark-2", "spark-3"]
     assert node_hosts({"all": ["localhost"]}, {}) == []
 
 
