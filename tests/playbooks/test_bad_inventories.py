@@ -208,28 +208,29 @@ def test_a_node_name_with_a_space_is_refused_before_any_task_on_a_spark(tmp_path
     )
 
 
-def one_spark_two_models(tmp_path: Path, monitoring: bool = False) -> Path:
-    """Two deployments on one Spark, with the gateway (on by default), and monitoring when asked."""
+def cluster_of_models(tmp_path: Path, models: int, monitoring: bool = False) -> Path:
+    """Deployments of lab-tp1 on one Spark, each host DEPLOYMENT@NODE, with the gateway (on by default), and
+    monitoring when asked."""
+    deployments = "\n".join(f"  - {{name: m{n}, recipe: lab-tp1, nodes: [spark-1], api_port: {8000 + n}, "
+                             f"master_port: {29500 + n}}}" for n in range(models))
     return write(tmp_path, f"""\
-        plugin: sparkserve.deploy.spark_cluster
-        management_subnet: 127.0.0.0/24
-        nodes:
-          - {{name: spark-1, address: 127.0.0.11}}
-        deployments:
-          - {{name: alpha, recipe: lab-tp1, nodes: [spark-1]}}
-          - {{name: beta, recipe: lab-tp1, nodes: [spark-1], api_port: 8001, master_port: 29501}}
-        vars:
-          sparkserve_monitoring: {str(monitoring).lower()}
-          {"monitoring_server: alpha@spark-1" if monitoring else ""}
-          lab_engine_image: registry.lab/engine@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
-          lab_model_revision: 0123456789abcdef0123456789abcdef01234567
-          weights_hf_token: a-token-for-the-gated-lab-model
-        """, "one.sparks.yml")
+plugin: sparkserve.deploy.spark_cluster
+management_subnet: 127.0.0.0/24
+nodes:
+  - {{name: spark-1, address: 127.0.0.11}}
+deployments:
+{deployments}
+vars:
+  sparkserve_monitoring: {str(monitoring).lower()}
+  lab_engine_image: registry.lab/engine@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
+  lab_model_revision: 0123456789abcdef0123456789abcdef01234567
+  weights_hf_token: a-token-for-the-gated-lab-model
+""", "models.sparks.yml")
 
 
 def test_a_gateway_host_that_names_no_node_is_refused_before_any_task_on_a_spark(tmp_path: Path) -> None:
     """It would leave no gateway anywhere and bind every API to its fabric address."""
-    inventory = one_spark_two_models(tmp_path)
+    inventory = cluster_of_models(tmp_path, 2)
     message = refused_by_the_recipe_role(playbook(tmp_path, inventory, "site.yml", "-e", "gateway_host=spark-9"))
     assert message == (
         "the gateway's node spark-9 (gateway_host) is no node of the inventory (spark-1); name one of them, or leave "
@@ -237,17 +238,33 @@ def test_a_gateway_host_that_names_no_node_is_refused_before_any_task_on_a_spark
     )
 
 
-def test_monitoring_a_fleet_checks_the_gateway_node_among_the_nodes(tmp_path: Path) -> None:
-    """Each host of a cluster file with several deployments is DEPLOYMENT@NODE: the gateway's node is a node."""
-    inventory = one_spark_two_models(tmp_path, monitoring=True)
+def refused_by_monitoring(done: subprocess.CompletedProcess[str]) -> str:
+    """The stop reason of a run the monitoring role's checks stopped in the context play, with nothing changed."""
+    assert done.returncode != 0 and not re.search(r"changed=[1-9]", done.stdout), done.stdout
+    assert "monitoring : Check" in done.stdout.split("PLAY RECAP")[0].rsplit("TASK [", 1)[1], done.stdout
+    return done.stderr.strip().splitlines()[-1]
+
+
+def test_monitoring_checks_the_gateway_node_among_the_nodes(tmp_path: Path) -> None:
+    """Each host of a cluster file with deployments is DEPLOYMENT@NODE: the gateway's node is a node."""
+    inventory = cluster_of_models(tmp_path, 1, monitoring=True)
     done = playbook(tmp_path, inventory)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr
     assert "monitoring : Check the gateway node, whose metrics Prometheus scrapes" in done.stdout
-    done = playbook(tmp_path, inventory, "playbooks/render.yml", "-e", "monitoring_gateway_node=spark-7")
-    assert done.returncode != 0 and not re.search(r"changed=[1-9]", done.stdout), done.stdout
-    assert done.stderr.strip().splitlines()[-1] == (
+    assert refused_by_monitoring(playbook(tmp_path, inventory, "playbooks/render.yml", "-e",
+                                          "monitoring_gateway_node=spark-7")) == (
         "the gateway runs on spark-7 (monitoring_gateway_node), which is no node of the inventory (spark-1); name one "
         "of them, or turn the gateway off (sparkserve_gateway: false)"
+    )
+
+
+def test_monitoring_several_deployments_is_refused_before_any_host_changes(tmp_path: Path) -> None:
+    """Monitoring covers one deployment yet: with two, Prometheus's configuration would fail once all had deployed."""
+    inventory = cluster_of_models(tmp_path, 2, monitoring=True)
+    assert refused_by_monitoring(playbook(tmp_path, inventory, "site.yml")) == (
+        "monitoring (sparkserve_monitoring) covers an inventory that serves one deployment, and this one serves 2 "
+        "(their heads m0@spark-1, m1@spark-1); turn it off (sparkserve_monitoring: false), or mark all but one "
+        "deployment state: absent"
     )
 
 

@@ -1,9 +1,13 @@
-"""Tests for the play_hosts filters: the gateway's node, and whether any rank must start."""
+"""Tests for the play_hosts filters: the gateway's node, one host of each node, and whether any rank must start."""
 
 from __future__ import annotations
 
-from ansible_collections.sparkserve.deploy.plugins.filter.play_hosts import (gateway_hosts, inventory_nodes, node_hosts,
-                                                                          relaunching)
+from ansible_collections.sparkserve.deploy.plugins.filter.play_hosts import (
+    gateway_hosts,
+    inventory_nodes,
+    node_hosts,
+    relaunching,
+)
 
 GROUPS = {"all": ["spark-1", "spark-2", "spark-3", "localhost"], "sparks": ["spark-1", "spark-2", "spark-3"]}
 
