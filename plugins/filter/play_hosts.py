@@ -7,6 +7,8 @@ from typing import Any, Mapping, Sequence
 
 from ansible.module_utils.parsing.convert_bool import boolean
 
+from ansible_collections.sparkserve.deploy.plugins.filter.node_name import node_name
+
 DOCUMENTATION = r"""
 name: gateway_hosts
 short_description: The hosts a play of the gateway runs on
@@ -50,17 +52,12 @@ def relaunching(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, Any]
                for host in groups.get("sparks", []))
 
 
-def _node(host: str, hostvars: Mapping[str, Any]) -> str:
-    """The node a host is on: its sparkserve_node (a fleet's DEPLOYMENT@NODE host), else the host itself."""
-    return str(hostvars[host].get("sparkserve_node", host) if host in hostvars else host)
-
-
 def gateway_hosts(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, Any]) -> list[str]:
     """The host of each node a Spark noted as the gateway's (recipe_gateway_node), once each, in the order of the
     sparks group: the node's host in the nodes group (a fleet's inventory), else the Spark named as the node."""
     host_of_node: dict[str, str] = {}
     for host in groups.get("nodes") or groups.get("sparks", []):
-        host_of_node.setdefault(_node(host, hostvars), host)
+        host_of_node.setdefault(node_name(host, hostvars), host)
     found: list[str] = []
     for host in groups.get("sparks", []):
         target = host_of_node.get(str(hostvars[host].get("recipe_gateway_node", "") if host in hostvars else ""))
@@ -74,7 +71,7 @@ def _host_of_node(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, An
     absent group (a node where every deployment is marked absent)."""
     host_of_node: dict[str, str] = {}
     for host in [*(groups.get("nodes") or groups.get("sparks", [])), *groups.get("absent", [])]:
-        host_of_node.setdefault(_node(host, hostvars), host)
+        host_of_node.setdefault(node_name(host, hostvars), host)
     return host_of_node
 
 

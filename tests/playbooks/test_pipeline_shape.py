@@ -80,7 +80,8 @@ def test_the_deploy_pipeline_runs_its_stages_in_order() -> None:
         "Prepare every node for the launch", "Launch the engine",
         "Say where each deployment serves, when no rank started", "Qualify the new release",
         "Roll back to the serving release when the new one failed",
-        "Supervise the deployment", "The gateway in front of the deployments", "Monitor the deployment",
+        "Supervise the deployment", "The gateway in front of the deployments",
+        "A node exporter on every node, when the inventory monitors", "Monitor the deployment",
         "End the run"]
 
 
@@ -106,7 +107,7 @@ def test_a_play_with_nothing_to_do_has_no_host() -> None:
                "spark-2": {"sparkserve_rank": 1, "engine_relaunch": False, "weights_held_all": True,
                            "release_upgrade": False}}
     idle = ["Weights on every Spark", "Launch the engine", "Roll back to the serving release when the new one failed",
-            "Monitor the deployment", "End the run"]
+            "A node exporter on every node, when the inventory monitors", "Monitor the deployment", "End the run"]
     for name in idle:
         assert play_hosts(deploy[name], serving) == [], name
     assert play_hosts(deploy["Say where each deployment serves, when no rank started"], serving) == ["spark-1"]
@@ -121,6 +122,9 @@ def test_a_play_with_nothing_to_do_has_no_host() -> None:
     assert play_hosts(deploy["Roll back to the serving release when the new one failed"],
                       changed(release_failure="readiness: ...")) == ["sparks"]
     assert play_hosts(deploy["Monitor the deployment"], changed(sparkserve_monitoring=True)) == ["sparks"]
+    # The exporters first, on one host of each node (the plain inventory here has no nodes group: its Sparks).
+    assert play_hosts(deploy["A node exporter on every node, when the inventory monitors"],
+                      changed(sparkserve_monitoring=True)) == ["sparks"]
     assert play_hosts(deploy["End the run"], changed(release_upgrade=True)) == ["sparks"]
     assert play_hosts(deploy["End the run"], changed(release_failures=["qualification"])) == ["sparks"]
     # What runs was not read (--tags without the prepare stage): the launch play keeps its hosts.
