@@ -1,4 +1,4 @@
-"""What the pipeline's plays read to choose their hosts: the gateway's node, one host of each node, whether any rank
+"""What the pipeline's plays read to choose their hosts: the gateway's node, the inventory's nodes, whether any rank
 must start."""
 
 from __future__ import annotations
@@ -75,20 +75,14 @@ def _host_of_node(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, An
     return host_of_node
 
 
-def node_hosts(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, Any]) -> list[str]:
-    """One host of each node the inventory reaches, once each: the nodes group's (else the sparks group's), then,
-    for a node where every deployment is marked absent, the first of their hosts (the absent group)."""
-    return list(_host_of_node(groups, hostvars).values())
-
-
 def inventory_nodes(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, Any]) -> list[str]:
-    """The names of the nodes the inventory reaches (as sparkserve_node names them), in node_hosts' order."""
+    """The names of the nodes the inventory reaches (as sparkserve_node names them), each once: those of the nodes
+    group (else the sparks group), then those where every deployment is marked absent (the absent group)."""
     return list(_host_of_node(groups, hostvars))
 
 
 class FilterModule:
-    """sparkserve.deploy.gateway_hosts, node_hosts, inventory_nodes and relaunching (the doc above names the first)."""
+    """sparkserve.deploy.gateway_hosts, inventory_nodes and relaunching (the doc above names the first)."""
 
     def filters(self) -> dict[str, Any]:
-        return {"gateway_hosts": gateway_hosts, "node_hosts": node_hosts, "inventory_nodes": inventory_nodes,
-                "relaunching": relaunching}
+        return {"gateway_hosts": gateway_hosts, "inventory_nodes": inventory_nodes, "relaunching": relaunching}

@@ -1,11 +1,10 @@
-"""Tests for the play_hosts filters: the gateway's node, one host of each node, and whether any rank must start."""
+"""Tests for the play_hosts filters: the gateway's node, the inventory's nodes, and whether any rank must start."""
 
 from __future__ import annotations
 
 from ansible_collections.sparkserve.deploy.plugins.filter.play_hosts import (
     gateway_hosts,
     inventory_nodes,
-    node_hosts,
     relaunching,
 )
 
@@ -40,21 +39,19 @@ def test_in_a_fleet_the_gateway_runs_on_the_node_s_host_of_the_nodes_group() -> 
                                                                                                 "b@spark-1"]
 
 
-def test_node_hosts_names_each_node_once_with_the_nodes_only_absent_deployments_use() -> None:
+def test_inventory_nodes_names_each_node_once_with_the_nodes_only_absent_deployments_use() -> None:
     # alpha (absent) alone is on spark-1; beta serves on spark-2, beside gamma (absent); spark-3 has nothing.
     groups = {"all": ["alpha@spark-1", "beta@spark-2", "gamma@spark-2", "localhost"], "sparks": ["beta@spark-2"],
               "nodes": ["beta@spark-2"], "absent": ["alpha@spark-1", "gamma@spark-2"]}
     hostvars = {host: {"sparkserve_node": host.split("@")[1]} for host in groups["all"] if "@" in host}
-    assert node_hosts(groups, hostvars) == ["beta@spark-2", "alpha@spark-1"]
     assert inventory_nodes(groups, hostvars) == ["spark-2", "spark-1"]
-    # Every deployment absent: their hosts, one per node.
-    assert node_hosts({**groups, "sparks": [], "nodes": []}, hostvars) == ["alpha@spark-1", "gamma@spark-2"]
+    # Every deployment absent: their nodes, each once.
+    assert inventory_nodes({**groups, "sparks": [], "nodes": []}, hostvars) == ["spark-1", "spark-2"]
 
 
-def test_node_hosts_of_a_plain_inventory_are_its_sparks() -> None:
-    assert node_hosts(GROUPS, {}) == ["spark-1", "spark-2", "spark-3"]
+def test_the_nodes_of_a_plain_inventory_are_its_sparks() -> None:
     assert inventory_nodes(GROUPS, {}) == ["spark-1", "spark-2", "spark-3"]
-    assert node_hosts({"all": ["localhost"]}, {}) == []
+    assert inventory_nodes({"all": ["localhost"]}, {}) == []
 
 
 def test_relaunching_is_any_spark_whose_ranks_must_start() -> None:
