@@ -1,5 +1,5 @@
-"""What the pipeline's plays read to choose their hosts: the gateway's node, the inventory's nodes, whether any rank
-must start."""
+"""What the pipeline's plays read to choose their hosts: the gateway's node, the inventory's nodes (all of them, or
+those that serve), whether any rank must start."""
 
 from __future__ import annotations
 
@@ -52,6 +52,12 @@ def relaunching(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, Any]
                for host in groups.get("sparks", []))
 
 
+def monitoring(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, Any]) -> bool:
+    """Whether a Spark's inventory asks for monitoring (sparkserve_monitoring): the monitoring plays run then."""
+    return any(boolean(hostvars[host].get("sparkserve_monitoring", False), strict=False)
+               for host in groups.get("sparks", []) if host in hostvars)
+
+
 def gateway_hosts(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, Any]) -> list[str]:
     """The host of each node a Spark noted as the gateway's (recipe_gateway_node), once each, in the order of the
     sparks group: the node's host in the nodes group (a fleet's inventory), else the Spark named as the node."""
@@ -81,8 +87,16 @@ def inventory_nodes(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, 
     return list(_host_of_node(groups, hostvars))
 
 
+def serving_nodes(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, Any]) -> list[str]:
+    """The names of the nodes where a deployment is present (those of the nodes group, else the sparks group), each
+    once: a gateway or an exporter runs only there, never on a node where every deployment is marked absent."""
+    return list(dict.fromkeys(node_name(host, hostvars) for host in groups.get("nodes") or groups.get("sparks", [])))
+
+
 class FilterModule:
-    """sparkserve.deploy.gateway_hosts, inventory_nodes and relaunching (the doc above names the first)."""
+    """sparkserve.deploy.gateway_hosts, inventory_nodes, serving_nodes, relaunching and monitoring (the doc above
+    names the first)."""
 
     def filters(self) -> dict[str, Any]:
-        return {"gateway_hosts": gateway_hosts, "inventory_nodes": inventory_nodes, "relaunching": relaunching}
+        return {"gateway_hosts": gateway_hosts, "inventory_nodes": inventory_nodes, "serving_nodes": serving_nodes,
+                "relaunching": relaunching, "monitoring": monitoring}

@@ -208,16 +208,19 @@ def test_a_node_name_with_a_space_is_refused_before_any_task_on_a_spark(tmp_path
     )
 
 
-def cluster_of_models(tmp_path: Path, models: int, monitoring: bool = False) -> Path:
-    """Deployments of lab-tp1 on one Spark, each host DEPLOYMENT@NODE, with the gateway (on by default), and
-    monitoring when asked."""
+def cluster_of_models(tmp_path: Path, models: int, monitoring: bool = False, absent_on_spark_2: bool = False) -> Path:
+    """Deployments of lab-tp1 on spark-1, each host DEPLOYMENT@NODE, with the gateway (on by default), monitoring
+    when asked, and one more deployment marked absent alone on spark-2 when asked."""
     deployments = "\n".join(f"  - {{name: m{n}, recipe: lab-tp1, nodes: [spark-1], api_port: {8000 + n}, "
                              f"master_port: {29500 + n}}}" for n in range(models))
+    if absent_on_spark_2:
+        deployments += "\n  - {name: gone, recipe: lab-tp1, nodes: [spark-2], state: absent}"
     return write(tmp_path, f"""\
 plugin: sparkserve.deploy.spark_cluster
 management_subnet: 127.0.0.0/24
 nodes:
   - {{name: spark-1, address: 127.0.0.11}}
+  - {{name: spark-2, address: 127.0.0.12}}
 deployments:
 {deployments}
 vars:
@@ -238,6 +241,17 @@ def test_a_gateway_host_that_names_no_node_is_refused_before_any_task_on_a_spark
     )
 
 
+def test_a_gateway_host_on_a_node_where_every_deployment_is_absent_is_refused(tmp_path: Path) -> None:
+    """No gateway runs on a node that serves nothing: naming one would leave no gateway anywhere."""
+    inventory = cluster_of_models(tmp_path, 1, absent_on_spark_2=True)
+    message = refused_by_the_recipe_role(playbook(tmp_path, inventory, "site.yml", "-e", "gateway_host=spark-2"))
+    assert message == (
+        "the gateway's node spark-2 (gateway_host) runs no deployment (each one there is marked absent), so no "
+        "gateway would run; name a node that serves (spark-1), or leave gateway_host out (the first deployment's "
+        "head node)."
+    )
+
+
 def refused_by_monitoring(done: subprocess.CompletedProcess[str]) -> str:
     """The stop reason of a run the monitoring role's checks stopped in the context play, with nothing changed."""
     assert done.returncode != 0 and not re.search(r"changed=[1-9]", done.stdout), done.stdout
@@ -245,17 +259,19 @@ def refused_by_monitoring(done: subprocess.CompletedProcess[str]) -> str:
     return done.stderr.strip().splitlines()[-1]
 
 
-def test_monitoring_checks_the_gateway_node_among_the_nodes(tmp_path: Path) -> None:
-    """Each host of a cluster file with deployments is DEPLOYMENT@NODE: the gateway's node is a node."""
-    inventory = cluster_of_models(tmp_path, 1, monitoring=True)
+def test_monitoring_checks_the_gateway_node_among_the_nodes_that_serve(tmp_path: Path) -> None:
+    """Each host of a cluster file with deployments is DEPLOYMENT@NODE: the gateway's node is a node, and one where
+    a deployment is present (spark-2 holds only one marked absent)."""
+    inventory = cluster_of_models(tmp_path, 1, monitoring=True, absent_on_spark_2=True)
     done = playbook(tmp_path, inventory)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr
     assert "monitoring : Check the gateway node, whose metrics Prometheus scrapes" in done.stdout
-    assert refused_by_monitoring(playbook(tmp_path, inventory, "playbooks/render.yml", "-e",
-                                          "monitoring_gateway_node=spark-7")) == (
-        "the gateway runs on spark-7 (monitoring_gateway_node), which is no node of the inventory (spark-1); name one "
-        "of them, or turn the gateway off (sparkserve_gateway: false)"
-    )
+    for node in ("spark-7", "spark-2"):
+        assert refused_by_monitoring(playbook(tmp_path, inventory, "playbooks/render.yml", "-e",
+                                              f"monitoring_gateway_node={node}")) == (
+            f"the gateway runs on {node} (monitoring_gateway_node), which is no node of the inventory that serves "
+            "(spark-1); name one of them, or turn the gateway off (sparkserve_gateway: false)"
+        )
 
 
 def test_monitoring_several_deployments_passes_the_context_checks(tmp_path: Path) -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 from ansible_collections.sparkserve.deploy.plugins.filter.play_hosts import (
     gateway_hosts,
     inventory_nodes,
+    monitoring,
     relaunching,
+    serving_nodes,
 )
 
 GROUPS = {"all": ["spark-1", "spark-2", "spark-3", "localhost"], "sparks": ["spark-1", "spark-2", "spark-3"]}
@@ -49,6 +51,17 @@ def test_inventory_nodes_names_each_node_once_with_the_nodes_only_absent_deploym
     assert inventory_nodes({**groups, "sparks": [], "nodes": []}, hostvars) == ["spark-1", "spark-2"]
 
 
+def test_serving_nodes_leave_out_a_node_where_every_deployment_is_absent() -> None:
+    groups = {"all": ["alpha@spark-1", "beta@spark-2", "delta@spark-2", "gamma@spark-3", "localhost"],
+              "sparks": ["beta@spark-2", "delta@spark-2"], "nodes": ["beta@spark-2"],
+              "absent": ["alpha@spark-1", "gamma@spark-3"]}
+    hostvars = {host: {"sparkserve_node": host.split("@")[1]} for host in groups["all"] if "@" in host}
+    assert serving_nodes(groups, hostvars) == ["spark-2"]
+    assert serving_nodes({**groups, "nodes": []}, hostvars) == ["spark-2"]
+    assert serving_nodes({**groups, "sparks": [], "nodes": []}, hostvars) == []
+    assert serving_nodes(GROUPS, {}) == ["spark-1", "spark-2", "spark-3"]
+
+
 def test_the_nodes_of_a_plain_inventory_are_its_sparks() -> None:
     assert inventory_nodes(GROUPS, {}) == ["spark-1", "spark-2", "spark-3"]
     assert inventory_nodes({"all": ["localhost"]}, {}) == []
@@ -65,3 +78,10 @@ def test_relaunching_is_any_spark_whose_ranks_must_start() -> None:
 def test_a_spark_that_noted_nothing_counts_as_one_to_start() -> None:
     assert relaunching(GROUPS, {"spark-1": {"engine_relaunch": False}, "spark-2": {}}) is True
     assert relaunching({"all": ["localhost"]}, {}) is False
+
+
+def test_monitoring_is_any_spark_whose_inventory_asks_for_it() -> None:
+    assert monitoring(GROUPS, {host: {} for host in GROUPS["sparks"]}) is False
+    assert monitoring(GROUPS, {"spark-1": {"sparkserve_monitoring": False}, "spark-2": {"sparkserve_monitoring": "yes"},
+                               "spark-3": {}}) is True
+    assert monitoring({"all": ["localhost"]}, {}) is False
