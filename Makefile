@@ -110,20 +110,21 @@ lint-prometheus:
 	@$(TIMED) promtool -- promtool check rules roles/monitoring/files/sparkserve.alerts.yml
 	@$(TIMED) "promtool test" -- promtool test rules $(wildcard tests/monitoring/*.test.yml)
 
-## molecule: two labs at once, on the two cores. On one, default destroys what
-## an earlier run left and creates the 2-node lab, supervisor runs the
-## supervisor's faults on it, cluster4 grows it to 4 nodes and destroys it,
-## and fleet brings up two deployments on 2 nodes, then one node, and destroys
-## that; beside it, the faults scenario brings up
-## its own 2-node lab (molecule/faults/vars/lab.yml) and destroys it at the
-## end. The images both labs use are built first, once. The faults' output is
-## kept in .cache/faults.log and shown after the other scenarios'.
+## molecule: two labs at once, on the two cores. On the first, default
+## destroys what an earlier run left and creates the 2-node lab, supervisor
+## runs the supervisor's faults on it, and fleet destroys it, brings up two
+## deployments on 2 nodes, then one node, and destroys that; beside it, on
+## the second lab (molecule/faults/vars/lab.yml), the faults scenario brings
+## up its own 2-node lab and destroys it at the end, then cluster4 builds it
+## with 4 nodes and destroys it (the two lanes take about as long). The images
+## both labs use are built first, once. The second lab's output is kept in
+## .cache/faults.log and shown after the first's.
 molecule:
 	@$(TIMED) "lab images" -- ansible-playbook playbooks/lab.yml --tags lab-images
-	@$(MAKE) --no-print-directory molecule-faults >.cache/faults.log 2>&1 & faults=$$!; \
-	$(MAKE) --no-print-directory molecule-default molecule-supervisor molecule-cluster4 molecule-fleet; lab=$$?; \
+	@$(MAKE) --no-print-directory molecule-faults molecule-cluster4 >.cache/faults.log 2>&1 & faults=$$!; \
+	$(MAKE) --no-print-directory molecule-default molecule-supervisor molecule-fleet; lab=$$?; \
 	wait $$faults; faulty=$$?; \
-	echo "--- the faults scenario (.cache/faults.log) ---"; cat .cache/faults.log; \
+	echo "--- the faults and cluster4 scenarios, on the second lab (.cache/faults.log) ---"; cat .cache/faults.log; \
 	test $$lab -eq 0 -a $$faulty -eq 0
 
 molecule-default:
@@ -149,7 +150,7 @@ molecule-ring:
 	@$(TIMED) "molecule ring" -- molecule test -s ring
 
 # molecule skips a create its own state says was done; cluster4's create must
-# always grow the lab, so its state is reset first.
+# always build the second lab with four nodes, so its state is reset first.
 molecule-cluster4:
 	@molecule reset -s cluster4 >/dev/null 2>&1 || true
 	@$(TIMED) "molecule cluster4" -- molecule test -s cluster4
