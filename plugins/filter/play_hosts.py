@@ -1,5 +1,6 @@
-"""What the pipeline's plays read to choose their hosts: the gateway's node, the inventory's nodes (all of them, or
-those that serve), whether any rank must start."""
+"""What the pipeline's plays read to choose their hosts: the gateway's node and the nodes it leaves, the
+inventory's nodes (all of them, or those that serve), whether any rank must start, whether the inventory
+monitors."""
 
 from __future__ import annotations
 
@@ -72,6 +73,21 @@ def gateway_hosts(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, An
     return found
 
 
+def gateway_leaving_hosts(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, Any]) -> list[str]:
+    """The host of each node that still has the gateway's units, as its preflight found them
+    (preflight_node.present_paths), and is not the gateway's node (recipe_gateway_node, empty with the gateway
+    off): the inventory moved the gateway or turned it off, and the gateway play takes it off there. In the order
+    of the nodes group (else the sparks group); none when no preflight ran (a run under other tags)."""
+    gateway_nodes = {str(hostvars[host].get("recipe_gateway_node") or "")
+                     for host in groups.get("sparks", []) if host in hostvars}
+    found: list[str] = []
+    for host in groups.get("nodes") or groups.get("sparks", []):
+        report = (hostvars[host].get("preflight_node") if host in hostvars else None) or {}
+        if report.get("present_paths") and node_name(host, hostvars) not in gateway_nodes:
+            found.append(host)
+    return found
+
+
 def _host_of_node(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, Any]) -> dict[str, str]:
     """Each node the inventory reaches and its first host: in the nodes group (else the sparks group), then in the
     absent group (a node where every deployment is marked absent)."""
@@ -94,9 +110,10 @@ def serving_nodes(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, An
 
 
 class FilterModule:
-    """sparkserve.deploy.gateway_hosts, inventory_nodes, serving_nodes, relaunching and monitoring (the doc above
-    names the first)."""
+    """sparkserve.deploy.gateway_hosts, gateway_leaving_hosts, inventory_nodes, serving_nodes, relaunching and
+    monitoring (the doc above names the first)."""
 
     def filters(self) -> dict[str, Any]:
-        return {"gateway_hosts": gateway_hosts, "inventory_nodes": inventory_nodes, "serving_nodes": serving_nodes,
-                "relaunching": relaunching, "monitoring": monitoring}
+        return {"gateway_hosts": gateway_hosts, "gateway_leaving_hosts": gateway_leaving_hosts,
+                "inventory_nodes": inventory_nodes, "serving_nodes": serving_nodes, "relaunching": relaunching,
+                "monitoring": monitoring}

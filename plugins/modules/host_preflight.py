@@ -74,6 +74,15 @@ options:
     description: Root of the RDMA sysfs tree (C(DEVICE/fw_ver)).
     type: path
     default: /sys/class/infiniband
+  report_paths:
+    description:
+      - Paths whose presence on the node is reported (RV(present_paths)), in the same call; nothing is checked
+        against them. The preflight role gives the files of the gateway's units, so that a gateway the inventory
+        moved or turned off is found on the node that still has it.
+    type: list
+    elements: path
+    default: []
+    version_added: "0.6.0"
 author:
   - sparkserve
 """
@@ -130,6 +139,11 @@ port_holders:
   description: Busy engine ports and who holds them (port -> process description).
   returned: always
   type: dict
+present_paths:
+  description: Those of O(report_paths) that are on the node (a link counts, wherever it points), in their order.
+  returned: always
+  type: list
+  elements: str
 """
 
 import os
@@ -357,6 +371,7 @@ def check(params: dict, runner: Runner = run, proc: str = "/proc") -> dict:
         "own_containers": ours,
         "free_disk_bytes": free,
         "port_holders": {str(port): holder for port, holder in holders.items()},
+        "present_paths": [path for path in params.get("report_paths") or [] if os.path.lexists(path)],
     }
 
 
@@ -375,6 +390,7 @@ def main() -> None:
             "needs_rdma": {"type": "bool", "default": False},
             "rdma_devices": {"type": "list", "elements": "str", "default": []},
             "rdma_sysfs_root": {"type": "path", "default": "/sys/class/infiniband"},
+            "report_paths": {"type": "list", "elements": "path", "default": []},
         },
         supports_check_mode=True,
     )

@@ -66,6 +66,19 @@ def test_a_healthy_node_passes(node: tuple[FakeNode, dict, Path]) -> None:
     assert result["free_disk_bytes"] > 0
 
 
+def test_the_paths_asked_about_are_reported_when_there(node: tuple[FakeNode, dict, Path], tmp_path: Path) -> None:
+    fake, params, proc = node
+    unit = tmp_path / "sparkserve-gateway.service"
+    unit.write_text("[Unit]\n", encoding="utf-8")
+    link = tmp_path / "dangling.service"
+    link.symlink_to(tmp_path / "nowhere")
+    params["report_paths"] = [str(tmp_path / "absent.service"), str(link), str(unit)]
+    result = hp.check(params, fake, str(proc))
+    assert result["present_paths"] == [str(link), str(unit)]
+    assert result["problems"] == []
+    assert hp.check({**params, "report_paths": []}, fake, str(proc))["present_paths"] == []
+
+
 def test_memory_below_the_floor_is_named(node: tuple[FakeNode, dict, Path]) -> None:
     fake, params, proc = node
     params["min_available_bytes"] = 120 * GIB

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ansible_collections.sparkserve.deploy.plugins.filter.play_hosts import (
     gateway_hosts,
+    gateway_leaving_hosts,
     inventory_nodes,
     monitoring,
     relaunching,
@@ -39,6 +40,28 @@ def test_in_a_fleet_the_gateway_runs_on_the_node_s_host_of_the_nodes_group() -> 
     assert gateway_hosts(groups, {**hostvars, "a@spark-1": {"recipe_gateway_node": "spark-2",
                                                             "sparkserve_node": "spark-1"}}) == ["b@spark-2",
                                                                                                 "b@spark-1"]
+
+
+def test_the_gateway_leaves_each_node_whose_preflight_found_its_units_that_is_not_its_node() -> None:
+    units = {"present_paths": ["/etc/systemd/system/sparkserve-gateway.service"]}
+    hostvars = {"spark-1": {"recipe_gateway_node": "spark-2", "preflight_node": units},
+                "spark-2": {"recipe_gateway_node": "spark-2", "preflight_node": units},
+                "spark-3": {"recipe_gateway_node": "spark-2", "preflight_node": {"present_paths": []}}}
+    assert gateway_leaving_hosts(GROUPS, hostvars) == ["spark-1"]
+    # Turned off: no Spark notes a gateway node, and every node that has it leaves it.
+    off = {host: {**vars_, "recipe_gateway_node": ""} for host, vars_ in hostvars.items()}
+    assert gateway_leaving_hosts(GROUPS, off) == ["spark-1", "spark-2"]
+    # No preflight ran (a run under other tags): none.
+    assert gateway_leaving_hosts(GROUPS, {host: {"recipe_gateway_node": ""} for host in GROUPS["sparks"]}) == []
+
+
+def test_in_a_fleet_the_gateway_leaves_the_node_s_host_of_the_nodes_group() -> None:
+    groups = {"all": ["a@spark-1", "b@spark-1", "b@spark-2", "localhost"],
+              "sparks": ["a@spark-1", "b@spark-1", "b@spark-2"], "nodes": ["b@spark-1", "b@spark-2"]}
+    units = {"present_paths": ["/etc/systemd/system/sparkserve-gateway-metrics.service"]}
+    hostvars = {host: {"recipe_gateway_node": "spark-2", "sparkserve_node": host.split("@")[1],
+                       "preflight_node": units} for host in groups["sparks"]}
+    assert gateway_leaving_hosts(groups, hostvars) == ["b@spark-1"]
 
 
 def test_inventory_nodes_names_each_node_once_with_the_nodes_only_absent_deployments_use() -> None:
