@@ -535,6 +535,20 @@ def test_the_render_gives_the_ranks_on_their_nodes_and_fills_in_supervise() -> N
         sv.parse_render(data, config, 5.0)
 
 
+def test_the_probe_asks_the_api_where_the_record_s_launch_put_it() -> None:
+    """An upgrade that moved the API (to the fabric address, the gateway gone to another node) records it before
+    the supervisor's settings are written again: the record says where to ask."""
+    config = sv.parse_config(config_data(Path("/srv")))
+    data = render_data()
+    assert sv.parse_render(data, config, 0.0).api_base == "http://127.0.0.1:8000"  # no address in the record
+    data["recipe"]["launch"].update(api_host="10.77.1.11", api_port=8001)
+    assert sv.parse_render(data, config, 0.0).api_base == "http://10.77.1.11:8001"
+    data["recipe"]["launch"].update(api_host="0.0.0.0", api_port=8002)
+    assert sv.parse_render(data, config, 0.0).api_base == "http://127.0.0.1:8002"
+    data["recipe"]["launch"].update(api_host="fd00::1")
+    assert sv.parse_render(data, config, 0.0).api_base == "http://[fd00::1]:8002"
+
+
 def test_a_model_list_without_the_served_model_fails_the_probe() -> None:
     config = sv.parse_config(config_data(Path("/srv")))
     render = sv.parse_render(render_data(), config, 0.0)

@@ -281,7 +281,7 @@ class Supervisor:
 
     def probe_once(self, render: Render) -> None:
         supervise = render.supervise
-        cause = probe(self.config.api_base, render, self.http, supervise.probe_timeout_s)
+        cause = probe(render.api_base, render, self.http, supervise.probe_timeout_s)
         if not cause:
             self.failures = 0
             self.set_state("watching")
@@ -508,7 +508,7 @@ class Supervisor:
             if stopped:
                 return "; ".join(s.cause() for s in stopped) + " before the deployment was ready"
             timeout = min(supervise.probe_timeout_s, max(deadline - self.clock(), 1.0))
-            cause = probe(self.config.api_base, render, self.http, timeout)
+            cause = probe(render.api_base, render, self.http, timeout)
             if not cause:
                 return ""
             if self.clock() >= deadline:

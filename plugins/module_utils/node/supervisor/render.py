@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..api import WILDCARD_HOSTS, head_api_base
 from ..config import NAME_PATTERN, is_int, is_number
 from ..release import Release, ReleaseError
 from .config import Config
@@ -63,6 +64,7 @@ class Render:
     stop_grace_s: int
     min_available_gib: float
     supervise: Supervise
+    api_base: str = ""  # where the head reaches this release's API (the record's launch, else the config's)
     require_rdma: bool = True  # the recipe's fabric.require_rdma: a heal over several nodes fails without RDMA
     nccl_reports: bool = False  # the ranks run with NCCL_DEBUG=INFO: their logs say which network NCCL chose
 
@@ -160,6 +162,16 @@ def _ranks(data: object, config: Config) -> tuple[Rank, ...]:
     return tuple(sorted(ranks, key=lambda r: r.rank))
 
 
+def _api_base(data: object, config: Config) -> str:
+    """Where the head reaches the API of the release the record names: its launch's api_host and api_port (an
+    upgrade that moved the API, to the fabric address when the gateway moved away, has a record that says so
+    before the supervisor's settings do), else the config's api_base (a record without them)."""
+    host, port = dig(data, "recipe.launch.api_host"), dig(data, "recipe.launch.api_port")
+    if not isinstance(host, str) or not host or not is_int(port):
+        return config.api_base
+    return head_api_base(host, int(port), WILDCARD_HOSTS)
+
+
 def parse_render(data: object, config: Config, mtime: float) -> Render:
     """Validate the render the launch recorded; every problem is a RenderError.
 
@@ -200,6 +212,7 @@ def parse_render(data: object, config: Config, mtime: float) -> Render:
         stop_grace_s=int(_render_number(data, "recipe.launch.stop_grace_s", 10, 0, whole=True)),
         min_available_gib=_render_number(data, "recipe.memory.min_available_gib", 0, 0),
         supervise=_supervise(data),
+        api_base=_api_base(data, config),
         require_rdma=require_rdma,
         nccl_reports=any(str(dig(entry, "env.NCCL_DEBUG", "")).upper() == "INFO"
                          for entry in (dig(data, "ranks") or {}).values()),
