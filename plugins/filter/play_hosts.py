@@ -59,18 +59,21 @@ def monitoring(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, Any])
                for host in groups.get("sparks", []) if host in hostvars)
 
 
+def _gateway_nodes(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, Any]) -> list[str]:
+    """The node each Spark noted as the gateway's (recipe_gateway_node, empty with the gateway off), once each, in
+    the order of the sparks group."""
+    noted = (str(hostvars[host].get("recipe_gateway_node") or "")
+             for host in groups.get("sparks", []) if host in hostvars)
+    return [node for node in dict.fromkeys(noted) if node]
+
+
 def gateway_hosts(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, Any]) -> list[str]:
     """The host of each node a Spark noted as the gateway's (recipe_gateway_node), once each, in the order of the
     sparks group: the node's host in the nodes group (a fleet's inventory), else the Spark named as the node."""
     host_of_node: dict[str, str] = {}
     for host in groups.get("nodes") or groups.get("sparks", []):
         host_of_node.setdefault(node_name(host, hostvars), host)
-    found: list[str] = []
-    for host in groups.get("sparks", []):
-        target = host_of_node.get(str(hostvars[host].get("recipe_gateway_node", "") if host in hostvars else ""))
-        if target and target not in found:
-            found.append(target)
-    return found
+    return list(dict.fromkeys(host_of_node[node] for node in _gateway_nodes(groups, hostvars) if node in host_of_node))
 
 
 def gateway_leaving_hosts(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, Any]) -> list[str]:
@@ -78,8 +81,7 @@ def gateway_leaving_hosts(groups: Mapping[str, Sequence[str]], hostvars: Mapping
     (preflight_node.present_paths), and is not the gateway's node (recipe_gateway_node, empty with the gateway
     off): the inventory moved the gateway or turned it off, and the gateway play takes it off there. In the order
     of the nodes group (else the sparks group); none when no preflight ran (a run under other tags)."""
-    gateway_nodes = {str(hostvars[host].get("recipe_gateway_node") or "")
-                     for host in groups.get("sparks", []) if host in hostvars}
+    gateway_nodes = set(_gateway_nodes(groups, hostvars))
     found: list[str] = []
     for host in groups.get("nodes") or groups.get("sparks", []):
         report = (hostvars[host].get("preflight_node") if host in hostvars else None) or {}

@@ -261,6 +261,7 @@ def config_data(tmp_path: Path, nodes: int = 2) -> dict[str, Any]:
         "lock_dir": str(tmp_path / "locks"),
         "state_dir": str(tmp_path / "state"),
         "api_base": "http://127.0.0.1:8000",
+        "wildcard_hosts": ["0.0.0.0", "::"],
     }
 
 
@@ -547,6 +548,11 @@ def test_the_probe_asks_the_api_where_the_record_s_launch_put_it() -> None:
     assert sv.parse_render(data, config, 0.0).api_base == "http://127.0.0.1:8002"
     data["recipe"]["launch"].update(api_host="fd00::1")
     assert sv.parse_render(data, config, 0.0).api_base == "http://[fd00::1]:8002"
+    # The wildcard addresses are the config's (sparkserve_wildcard_hosts), not the program's own.
+    data["recipe"]["launch"].update(api_host="::")
+    assert sv.parse_render(data, config, 0.0).api_base == "http://127.0.0.1:8002"
+    narrow = sv.parse_config({**config_data(Path("/srv")), "wildcard_hosts": ["0.0.0.0"]})
+    assert sv.parse_render(data, narrow, 0.0).api_base == "http://[::]:8002"
 
 
 def test_a_model_list_without_the_served_model_fails_the_probe() -> None:
@@ -931,6 +937,8 @@ BAD_CONFIGS: list[tuple[dict[str, Any], list[str], str]] = [
     ({}, ["render_path"], "render_path is missing"),
     ({}, ["ssh_argv"], "ssh_argv is missing"),
     ({}, ["api_base"], "api_base is missing"),
+    ({}, ["wildcard_hosts"], "wildcard_hosts is missing"),
+    ({"wildcard_hosts": "0.0.0.0"}, [], 'wildcard_hosts is "0.0.0.0"; set the addresses'),
     ({"deployment": "../x"}, [], 'deployment is "../x"'),
     ({"render_path": "current.json"}, [], 'render_path is "current.json"; set an absolute path'),
     ({"state_dir": None}, [], "state_dir is null"),

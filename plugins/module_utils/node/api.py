@@ -49,10 +49,6 @@ def http_request(method: str, url: str, body: Optional[str], timeout: float,
         raise ConnectionError(f"{type(err).__name__}: {err}") from err
 
 
-# The addresses an API binds to listen on every interface (sparkserve_wildcard_hosts' default).
-WILDCARD_HOSTS = ("0.0.0.0", "::")
-
-
 def head_api_base(api_host: str, api_port: int, wildcard_hosts: Sequence[str]) -> str:
     """``http://HOST:PORT`` as the head reaches an API bound to api_host: one bound to every interface (one of
     wildcard_hosts) at 127.0.0.1, any other address as it is (an IPv6 one in brackets)."""

@@ -58,6 +58,7 @@ Config (JSON object, unknown keys refused)::
      "lock_dir": "/run/sparkserve/locks",
      "state_dir": "/var/lib/sparkserve/supervisor",
      "api_base": "http://127.0.0.1:8000",
+     "wildcard_hosts": ["0.0.0.0", "::"],
      "pause_file": "/etc/sparkserve/supervisor/lab-tp2.paused",
      "flusher_unit": "sparkserve-flusher@lab-tp2.service",
      "memguard_unit": "sparkserve-memguard.service",

@@ -13,7 +13,7 @@ from ..config import ConfigError, name_value, read_json
 __all__ = ["CONFIG_KEYS", "OPTIONAL_CONFIG_KEYS", "Config", "ConfigError", "load_config", "parse_config"]
 
 CONFIG_KEYS = ("deployment", "render_path", "head", "nodes", "rank_hosts", "ssh_argv", "meminfo_path",
-               "lock_dir", "state_dir", "api_base")
+               "lock_dir", "state_dir", "api_base", "wildcard_hosts")
 # Keys that may be left out: an operator's pause file, the page-cache flusher unit run on every node during
 # a restart's load, and the memory guard's unit armed on every node before the ranks, as the launch does.
 # And the node-exporter textfile of its metrics, and the twins' RoCE devices every rank's NCCL must use.
@@ -33,6 +33,7 @@ class Config:
     lock_dir: str
     state_dir: str
     api_base: str
+    wildcard_hosts: tuple[str, ...]  # the addresses an API binds to listen on every interface
     pause_file: str | None = None
     flusher_unit: str | None = None
     memguard_unit: str | None = None
@@ -110,6 +111,14 @@ def _api_base(raw: Mapping[str, Any]) -> str:
     return str(value).rstrip("/")
 
 
+def _wildcard_hosts(raw: Mapping[str, Any]) -> tuple[str, ...]:
+    value = raw["wildcard_hosts"]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(f'wildcard_hosts is {json.dumps(value)}; set the addresses that mean every interface, '
+                          'like ["0.0.0.0", "::"] (sparkserve_wildcard_hosts)')
+    return tuple(value)
+
+
 def _unit(raw: Mapping[str, Any], key: str) -> str | None:
     value = raw.get(key)
     if value is None:
@@ -143,6 +152,7 @@ def parse_config(raw: object) -> Config:
         lock_dir=_absolute_path(raw, "lock_dir"),
         state_dir=_absolute_path(raw, "state_dir"),
         api_base=_api_base(raw),
+        wildcard_hosts=_wildcard_hosts(raw),
         pause_file=_absolute_path(raw, "pause_file") if raw.get("pause_file") is not None else None,
         flusher_unit=_unit(raw, "flusher_unit"),
         memguard_unit=_unit(raw, "memguard_unit"),

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..api import WILDCARD_HOSTS, head_api_base
+from ..api import head_api_base
 from ..config import NAME_PATTERN, is_int, is_number
 from ..release import Release, ReleaseError
 from .config import Config
@@ -169,7 +169,7 @@ def _api_base(data: object, config: Config) -> str:
     host, port = dig(data, "recipe.launch.api_host"), dig(data, "recipe.launch.api_port")
     if not isinstance(host, str) or not host or not is_int(port):
         return config.api_base
-    return head_api_base(host, int(port), WILDCARD_HOSTS)
+    return head_api_base(host, int(port), config.wildcard_hosts)
 
 
 def parse_render(data: object, config: Config, mtime: float) -> Render:
