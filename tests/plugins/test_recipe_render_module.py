@@ -66,7 +66,7 @@ def test_success_renders_every_rank(capsys: pytest.CaptureFixture[str]) -> None:
     engine = result["engine"]
     assert engine["name"] == "vllm" and engine["host_ip_variable"] == "VLLM_HOST_IP"
     assert engine["endpoints"]["health"] == "/health" and engine["dead_health_pattern"]
-    assert [m["name"] for m in engine["cache_mounts"]] == ["vllm", "flashinfer"]
+    assert [m["name"] for m in engine["cache_mounts"]] == ["vllm", "flashinfer", "triton"]
 
 
 def test_check_mode_gives_the_same_result(capsys: pytest.CaptureFixture[str]) -> None:

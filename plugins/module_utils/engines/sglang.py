@@ -44,8 +44,12 @@ class SGLang(Engine):
     )
     # Its safetensors loader's progress bar (one line per shard, redrawn with carriage returns).
     load_progress_pattern = SAFETENSORS_LOAD_PROGRESS
-    # FlashInfer's JIT kernels; SGLang keeps no compile cache of its own under ~/.cache.
-    cache_mounts = (("flashinfer", "/root/.cache/flashinfer"),)
+    # FlashInfer's JIT kernels and Triton's compiled kernels; SGLang keeps no compile cache of its own under
+    # ~/.cache.
+    cache_mounts = (("flashinfer", "/root/.cache/flashinfer"), ("triton", "/root/.triton"))
+    # Over several nodes, NCCL without its cuMem allocations, as the Spark tools run SGLang there: vLLM turns
+    # them off by itself at import (they add memory with CUDA graphs and all-reduce), SGLang does not.
+    multi_node_env = {"NCCL_CUMEM_ENABLE": "0"}
     metric_names = {
         "generation_tokens": "sglang:generation_tokens",
         "prompt_tokens": "sglang:prompt_tokens",
