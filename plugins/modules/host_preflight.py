@@ -13,6 +13,9 @@ description:
     measures free disk where the weights go, and finds the process that holds each engine port.
   - Resources held by this deployment's own containers (a deployment already serving) are not
     counted against it, and the memory floor applies only while none of its containers runs.
+  - Warns when an OOM killer that picks its own victim runs on the node (C(earlyoom)). Under memory pressure it
+    kills the process with the highest OOM score, an engine rank, where the memory guard stops only the rank
+    of the deployment that crossed its floor.
   - Changes nothing; runs the same in check mode.
 extends_documentation_fragment:
   - sparkserve.deploy.attributes
@@ -139,6 +142,13 @@ port_holders:
   description: Busy engine ports and who holds them (port -> process description).
   returned: always
   type: dict
+oom_killers:
+  description: The OOM killers that pick their own victim running on the node (C(earlyoom)), each its C(pid) and
+    C(name); each is also said as a warning.
+  returned: always
+  type: list
+  elements: dict
+  version_added: "0.6.0"
 present_paths:
   description: Those of O(report_paths) that are on the node (a link counts, wherever it points), in their order.
   returned: always
@@ -149,6 +159,7 @@ present_paths:
 import os
 import re
 import shutil
+import socket
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
@@ -184,6 +195,9 @@ def driver_version_argv(nvidia_smi: str) -> list[str]:
 
 
 PORT_HOLDERS_ARGV = ["ss", "-Htlnp"]
+# Daemons that, under memory pressure, kill the process they choose (the one with the highest OOM score): on a
+# Spark that is an engine rank, and the deployment loses it.
+OOM_KILLERS = ("earlyoom",)
 
 
 def answered_at_once(commands: Sequence[Sequence[str]], runner: Runner = run) -> Runner:
@@ -270,6 +284,29 @@ def read_text(path: str) -> str:
             return handle.read().strip()
     except OSError:
         return ""
+
+
+def oom_killers(proc: str = "/proc") -> list[dict[str, str]]:
+    """The processes of OOM_KILLERS running on the node (by their name in /proc/PID/comm), in pid order."""
+    try:
+        pids = sorted((entry for entry in os.listdir(proc) if entry.isdigit()), key=int)
+    except OSError:
+        return []
+    found = []
+    for pid in pids:
+        name = read_text(os.path.join(proc, pid, "comm"))
+        if name in OOM_KILLERS:
+            found.append({"pid": pid, "name": name})
+    return found
+
+
+def oom_killer_warning(killer: dict[str, str], host: str) -> str:
+    """The warning of one OOM killer found running on host (the node's own name)."""
+    name = killer["name"]
+    return (f"{name} runs on {host} (pid {killer['pid']}): under memory pressure it kills the process with the "
+            "highest OOM score, an engine rank, and the deployment loses that rank; sparkserve's memory guard "
+            "stops only the rank of the deployment that crossed its floor (memory.guard). Stop it and keep it "
+            f"off: systemctl disable --now {name}")
 
 
 def node_versions(params: dict, driver: str, proc: str) -> dict[str, list[str]]:
@@ -364,6 +401,7 @@ def check(params: dict, runner: Runner = run, proc: str = "/proc") -> dict:
     return {
         "problems": problems,
         "warnings_known_bad": warnings,
+        "oom_killers": oom_killers(proc),
         "versions": versions,
         "mem_available_bytes": available,
         "driver_version": version,
@@ -398,7 +436,8 @@ def main() -> None:
         result = check(module.params)
     except (OSError, ValueError) as err:
         module.fail_json(msg=f"preflight could not read this node: {err}")
-    for warning in result["warnings_known_bad"]:
+    host = socket.gethostname()
+    for warning in result["warnings_known_bad"] + [oom_killer_warning(k, host) for k in result["oom_killers"]]:
         module.warn(warning)
     if result["problems"]:
         module.fail_json(msg="; ".join(result["problems"]), changed=False, **result)

@@ -64,6 +64,22 @@ def test_a_healthy_node_passes(node: tuple[FakeNode, dict, Path]) -> None:
     assert result["mem_available_bytes"] == 110 * GIB
     assert result["driver_version"] == "580.95.05"
     assert result["free_disk_bytes"] > 0
+    assert result["oom_killers"] == []
+
+
+def test_an_oom_killer_that_picks_its_victim_is_warned_not_refused(node: tuple[FakeNode, dict, Path]) -> None:
+    fake, params, proc = node
+    for pid, name in (("900", "sshd"), ("812", "earlyoom"), ("77", "dockerd")):
+        (proc / pid).mkdir()
+        (proc / pid / "comm").write_text(f"{name}\n", encoding="utf-8")
+    (proc / "sys").mkdir()  # not a process
+    (proc / "1234").mkdir()  # a process gone before its name was read
+    result = hp.check(params, fake, str(proc))
+    assert result["problems"] == []
+    assert result["oom_killers"] == [{"pid": "812", "name": "earlyoom"}]
+    warning = hp.oom_killer_warning(result["oom_killers"][0], "spark-2")
+    assert warning.startswith("earlyoom runs on spark-2 (pid 812): under memory pressure it kills")
+    assert warning.endswith("Stop it and keep it off: systemctl disable --now earlyoom")
 
 
 def test_the_paths_asked_about_are_reported_when_there(node: tuple[FakeNode, dict, Path], tmp_path: Path) -> None:
