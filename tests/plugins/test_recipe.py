@@ -949,16 +949,10 @@ def test_endpoints_per_engine() -> None:
     assert with_metrics["endpoints"]["metrics"] == "/metrics"
 
 
-def test_sglang_workers_get_no_ports_and_over_several_nodes_nccl_without_cumem() -> None:
+def test_sglang_workers_get_no_engine_environment_and_no_ports() -> None:
     out = rendered(base(engine="sglang"), 1)
-    # NCCL's report of its network, which every rank over several nodes gets, and SGLang's own: NCCL without
-    # its cuMem allocations (vLLM turns them off by itself).
-    assert out["env"] == {"NCCL_CUMEM_ENABLE": "0", "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
-    assert out["ports"] == []
-    # The recipe's env comes last: an owner who wants cuMem back sets it there.
-    assert rendered(base(engine="sglang", env={"NCCL_CUMEM_ENABLE": "1"}), 1)["env"]["NCCL_CUMEM_ENABLE"] == "1"
-    # On one node, neither.
-    assert rendered(base(engine="sglang"), 0, world_size=1)["env"] == {}
+    # Only NCCL's report of its network, which every rank over several nodes gets.
+    assert out["env"] == {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"} and out["ports"] == []
 
 
 def test_render_output_is_json_serialisable() -> None:

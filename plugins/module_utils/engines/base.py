@@ -109,8 +109,6 @@ class Engine:
     load_progress_pattern: str = ""
     # Host folders kept across restarts: (name under the node's cache folder, path in the container).
     cache_mounts: Tuple[Tuple[str, str], ...] = ()
-    # The environment every rank gets when the deployment spans several nodes (multi_node_environment).
-    multi_node_env: Mapping[str, str] = {}
     # Its metrics by meaning (METRIC_MEANINGS) for the bench and the monitoring; a meaning the engine
     # lacks is absent.
     metric_names: Mapping[str, str] = {}
@@ -161,11 +159,6 @@ class Engine:
     def environment(self, recipe: Mapping[str, Any]) -> Dict[str, str]:
         """The render's own environment for every rank, before the recipe's env."""
         return {}
-
-    def multi_node_environment(self, world_size: int) -> Dict[str, str]:
-        """What every rank gets when the deployment spans several nodes, before the recipe's env (multi_node_env);
-        nothing on one node."""
-        return dict(self.multi_node_env) if world_size > 1 else {}
 
     def network_report_environment(self, world_size: int) -> Dict[str, str]:
         """What makes NCCL say, in every rank's log, which network it chose between the nodes (the launch reads

@@ -47,9 +47,6 @@ class SGLang(Engine):
     # FlashInfer's JIT kernels and Triton's compiled kernels; SGLang keeps no compile cache of its own under
     # ~/.cache.
     cache_mounts = (("flashinfer", "/root/.cache/flashinfer"), ("triton", "/root/.triton"))
-    # Over several nodes, NCCL without its cuMem allocations, as the Spark tools run SGLang there: vLLM turns
-    # them off by itself at import (they add memory with CUDA graphs and all-reduce), SGLang does not.
-    multi_node_env = {"NCCL_CUMEM_ENABLE": "0"}
     metric_names = {
         "generation_tokens": "sglang:generation_tokens",
         "prompt_tokens": "sglang:prompt_tokens",

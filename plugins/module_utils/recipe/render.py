@@ -65,7 +65,6 @@ def render_rank(recipe: Dict[str, Any], deployment: str, rank: int, world_size: 
     argv += engine.args_words(recipe.get("engine_args") or {})
 
     env = engine.environment(recipe)
-    env.update(engine.multi_node_environment(world_size))
     env.update(engine.network_report_environment(world_size))
     env.update(recipe.get("env") or {})
 
