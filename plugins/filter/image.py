@@ -6,7 +6,7 @@ from typing import Any, Mapping, Sequence
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.sparkserve.deploy.plugins.module_utils.node.images import ImageError, local_ref
+from ansible_collections.sparkserve.deploy.plugins.module_utils.node.images import ImageError, cache_key, local_ref
 
 DOCUMENTATION = r"""
 name: image_local_name
@@ -70,9 +70,17 @@ def image_local_name(image: str) -> str:
         raise AnsibleFilterError(str(err)) from None
 
 
+def image_cache_key(image: str) -> str:
+    """The folder of the engine caches for the recipe's image, below the node's cache folder: sha256-<hex>."""
+    try:
+        return cache_key(image)
+    except ImageError as err:
+        raise AnsibleFilterError(str(err)) from None
+
+
 class FilterModule:
     """sparkserve image filters."""
 
     def filters(self) -> dict[str, Any]:
-        return {"image_local_name": image_local_name, "image_source": image_source, "image_lacking": image_lacking,
-                "image_held_everywhere": image_held_everywhere}
+        return {"image_local_name": image_local_name, "image_cache_key": image_cache_key, "image_source": image_source,
+                "image_lacking": image_lacking, "image_held_everywhere": image_held_everywhere}

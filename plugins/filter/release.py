@@ -28,6 +28,8 @@ options:
 EXAMPLES = r"""
 dest: "{{ sparkserve_overlays_dir }}/{{ deployment }}/{{ recipe_config.overlays | sparkserve.deploy.overlay_set_id }}"
 kept: "{{ records | sparkserve.deploy.release_retention(2, [current_fingerprint]) }}"
+# This node's part: less what a container of the node runs or mounts (community.docker.docker_host_info).
+here: "{{ kept | sparkserve.deploy.release_spare_in_use(host_info.containers, models_dir, cache_dir) }}"
 # The release record's file (module_utils/node/release.py is its schema), written, read and marked failed:
 content: >-
   {{ {'deployment': engine_deployment, 'fingerprint': fingerprint, 'recipe': engine_recipe, 'ranks': engine_ranks,
@@ -39,7 +41,9 @@ marked: "{{ record.content | b64decode | sparkserve.deploy.release_mark_failed(r
 
 RETURN = r"""
 _value:
-  description: The set's folder name (overlay_set_id); what retention keeps and removes (release_retention).
+  description: >-
+    The set's folder name (overlay_set_id); what retention keeps and removes (release_retention), on one node
+    (release_spare_in_use).
   type: raw
 """
 
@@ -56,6 +60,14 @@ def release_retention(records: Sequence[Mapping[str, Any]], keep: int, protect: 
         return release.retention(list(records), int(keep), list(protect))
     except (KeyError, TypeError, ValueError) as exc:
         raise AnsibleFilterError("release_retention: %s" % exc) from exc
+
+
+def release_spare_in_use(plan: Mapping[str, Any], containers: Sequence[Mapping[str, Any]], models_dir: str,
+                         cache_dir: str) -> dict[str, Any]:
+    try:
+        return release.spare_in_use(plan, list(containers), str(models_dir), str(cache_dir))
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise AnsibleFilterError("release_spare_in_use: %s" % exc) from exc
 
 
 def release_record(fields: Mapping[str, Any]) -> str:
@@ -91,5 +103,6 @@ class FilterModule:
 
     def filters(self) -> dict[str, Any]:
         return {"overlay_set_id": overlay_set_id, "release_retention": release_retention,
+                "release_spare_in_use": release_spare_in_use,
                 "release_downtime": release_downtime, "release_record": release_record,
                 "release_parse": release_parse, "release_mark_failed": release_mark_failed}

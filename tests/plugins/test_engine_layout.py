@@ -27,6 +27,8 @@ ADAPTER = {"name": "vllm", "cache_mounts": [{"name": "vllm", "container_path": "
 RANKS = {0: {"container_name": "lab-tp2-rank0", "mounts": [{"sha256": "e" * 64, "target": "/models/tiny/c.json"}]},
          1: {"container_name": "lab-tp2-rank1", "mounts": []}}
 HOSTS = {0: "spark-1", 1: "spark-2"}
+# The engine's caches of RECIPE's image: the folder of its digest.
+IMAGE_CACHE = f"{DIRS['cache']}/sha256-{'a' * 64}"
 
 
 def whole(**changes: Any) -> dict[str, Any]:
@@ -42,7 +44,7 @@ def whole(**changes: Any) -> dict[str, Any]:
 def test_the_volumes_of_every_rank_container_in_their_order() -> None:
     assert whole()["volumes"] == [
         f"{DIRS['models']}/org/tiny/{'c' * 40}:/models/tiny:ro",
-        f"{DIRS['cache']}/vllm:/root/.cache/vllm",
+        f"{IMAGE_CACHE}/vllm:/root/.cache/vllm",
         f"{DIRS['models']}/org/draft/{'d' * 40}:/models/draft:ro",
         f"{DIRS['overlays']}/lab-tp2/{overlay_set_id([OVERLAY])}{OVERLAY['path']}:{OVERLAY['path']}:ro",
         f"{DIRS['overrides']}/lab-tp2/{'e' * 64}:/models/tiny/c.json:ro",
@@ -50,7 +52,7 @@ def test_the_volumes_of_every_rank_container_in_their_order() -> None:
     plain = dict(RECIPE, overlays=[])
     del plain["draft_model"]
     assert whole(recipe=plain, ranks={"0": {"container_name": "r0"}, "1": {"container_name": "r1"}})["volumes"] == [
-        f"{DIRS['models']}/org/tiny/{'c' * 40}:/models/tiny:ro", f"{DIRS['cache']}/vllm:/root/.cache/vllm"]
+        f"{DIRS['models']}/org/tiny/{'c' * 40}:/models/tiny:ro", f"{IMAGE_CACHE}/vllm:/root/.cache/vllm"]
 
 
 def test_the_watched_containers_and_the_start_order() -> None:
@@ -60,7 +62,22 @@ def test_the_watched_containers_and_the_start_order() -> None:
         {"name": "lab-tp2-rank1", "rank": 1, "host": "spark-2", "memory_limit": "100g"}]
     assert layout.start_order("workers_first", 4) == [3, 2, 1, 0]
     assert layout.start_order("head_first", 4) == [0, 1, 2, 3]
-    assert found["start_order"] == [1, 0] and found["cache_dirs"] == [f"{DIRS['cache']}/vllm"]
+    assert found["start_order"] == [1, 0] and found["cache_dirs"] == [f"{IMAGE_CACHE}/vllm"]
+
+
+def test_each_image_has_caches_of_its_own_and_deployments_of_one_image_share_them() -> None:
+    two = {"name": "vllm", "cache_mounts": [{"name": "vllm", "container_path": "/root/.cache/vllm"},
+                                             {"name": "triton", "container_path": "/root/.triton"}]}
+    assert layout.cache_dirs(RECIPE, two, DIRS) == [f"{IMAGE_CACHE}/vllm", f"{IMAGE_CACHE}/triton"]
+    # Another tag of the same digest is the same image; another digest is another folder.
+    retagged = dict(RECIPE, image="other/repo:v2@sha256:" + "a" * 64)
+    assert layout.cache_dirs(retagged, two, DIRS) == layout.cache_dirs(RECIPE, two, DIRS)
+    moved = dict(RECIPE, image="reg:5000/engine@sha256:" + "f" * 64)
+    assert layout.cache_dirs(moved, two, DIRS) == [f"{DIRS['cache']}/sha256-{'f' * 64}/vllm",
+                                                   f"{DIRS['cache']}/sha256-{'f' * 64}/triton"]
+    # A new image changes the volumes, so the fingerprint, so every rank starts again with the new caches.
+    assert whole(recipe=moved)["fingerprint_inputs"]["volumes"] != whole()["fingerprint_inputs"]["volumes"]
+    assert layout.cache_dirs(RECIPE, {"name": "none"}, DIRS) == []
 
 
 @pytest.mark.parametrize(("api_host", "url", "loopback"), [

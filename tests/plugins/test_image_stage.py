@@ -87,6 +87,13 @@ def test_local_ref_is_the_repository_tagged_with_the_digest() -> None:
         images.local_ref("vllm/vllm-openai:v0.9.1")
 
 
+def test_the_engine_caches_folder_is_named_by_the_digest_alone() -> None:
+    assert images.cache_key(IMAGE) == f"sha256-{HEX}"
+    assert images.cache_key(f"other/repo:v2@{DIGEST}") == images.cache_key(IMAGE)
+    with pytest.raises(ImageError, match="not pinned by digest"):
+        images.cache_key("vllm/vllm-openai:v0.9.1")
+
+
 @pytest.mark.parametrize(("repo", "registry"), [
     ("vllm/vllm-openai", "docker.io"),
     ("nginx", "docker.io"),
@@ -768,11 +775,18 @@ def test_image_local_name(image: str, local: str) -> None:
 def test_image_local_name_refuses_an_unpinned_image(image: str) -> None:
     with pytest.raises(AnsibleFilterError, match="is not pinned by digest; give REPO@sha256:<64 hex>"):
         image_filter.image_local_name(image)
+    with pytest.raises(AnsibleFilterError, match="is not pinned by digest; give REPO@sha256:<64 hex>"):
+        image_filter.image_cache_key(image)
+
+
+def test_image_cache_key() -> None:
+    assert image_filter.image_cache_key(f"localhost:5000/vllm:nightly@{DIGEST}") == f"sha256-{HEX}"
 
 
 def test_the_filters_are_registered() -> None:
     filters = image_filter.FilterModule().filters()
-    assert filters == {"image_local_name": image_filter.image_local_name, "image_source": image_filter.image_source,
+    assert filters == {"image_local_name": image_filter.image_local_name,
+                       "image_cache_key": image_filter.image_cache_key, "image_source": image_filter.image_source,
                        "image_lacking": image_filter.image_lacking,
                        "image_held_everywhere": image_filter.image_held_everywhere}
 

@@ -59,6 +59,44 @@ def test_retention_keeps_the_newest_that_served_and_removes_what_only_older_ones
     assert plan["overlay_sets"] == [overlay_set_id([PATCHED])]
 
 
+def test_retention_removes_the_engine_caches_of_an_image_only_removed_releases_use() -> None:
+    old, new = "reg/engine@sha256:" + "1" * 64, "reg/engine:v2@sha256:" + "2" * 64
+    records = [record("r1", 100, "rev1", image=old), record("r2", 200, "rev1", image=new),
+               record("r3", 300, "rev2", image="other/name@sha256:" + "2" * 64)]
+    plan = retention(records, keep=1, protect=["r3"])
+    assert plan["removed"] == ["r2", "r1"]
+    assert plan["images"] == sorted([old, new])
+    # r2's image under another name (the same digest) is r3's, so its caches stay.
+    assert plan["caches"] == ["sha256-" + "1" * 64]
+    # An image that is not pinned by digest (no recipe passes that) has no cache folder to remove.
+    assert retention([record("a", 1, "rev1"), record("b", 2, "rev1")], keep=1, protect=["b"])["caches"] == []
+
+
+def test_a_node_spares_what_its_containers_run_or_mount() -> None:
+    old = "reg/engine@sha256:" + "1" * 64
+    plan = {"kept": ["r2"], "removed": ["r1"], "weights": ["org/model/rev1", "org/draft/d1"],
+            "images": [old, "reg/other@sha256:" + "3" * 64], "caches": ["sha256-" + "1" * 64, "sha256-" + "3" * 64],
+            "overlay_sets": ["abc"]}
+    # Another deployment's rank on this node: started from the old image by its local name, mounting the old
+    # model's revision and a cache folder of the old image.
+    other = {"Image": "reg/engine:sha256-" + "1" * 64, "Mounts": [
+        {"Source": "/var/lib/sparkserve/models/org/model/rev1", "Destination": "/models/m"},
+        {"Source": "/var/lib/sparkserve/cache/sha256-" + "1" * 64 + "/vllm", "Destination": "/root/.cache/vllm"}]}
+    # A container of something else, with a mount whose name only starts like a removed folder.
+    unrelated = {"Image": "debian:bookworm", "Mounts": [{"Source": "/var/lib/sparkserve/models/org/draft/d10"}]}
+    here = release_filter.release_spare_in_use(plan, [other, unrelated], "/var/lib/sparkserve/models/",
+                                               "/var/lib/sparkserve/cache")
+    assert here["weights"] == ["org/draft/d1"]
+    assert here["images"] == ["reg/other@sha256:" + "3" * 64]
+    assert here["caches"] == ["sha256-" + "3" * 64]
+    # The rest of the plan is the deployment's own: the same on every node.
+    assert (here["kept"], here["removed"], here["overlay_sets"]) == (["r2"], ["r1"], ["abc"])
+    # A node with no container removes the whole plan.
+    assert release_filter.release_spare_in_use(plan, [], "/m", "/c") == plan
+    with pytest.raises(AnsibleFilterError, match="release_spare_in_use"):
+        release_filter.release_spare_in_use({"images": []}, [], "/m", "/c")
+
+
 def test_retention_never_removes_the_running_release_however_old() -> None:
     records = [record("running", 10, "rev0"), record("b", 20, "rev1"), record("c", 30, "rev2")]
     plan = retention(records, keep=1, protect=["running"])

@@ -55,6 +55,15 @@ def local_ref(image: str) -> str:
     return f"{repo}:{digest.replace(':', '-')}"
 
 
+def cache_key(image: str) -> str:
+    """The name of the folder that holds the engine's caches for REPO[:TAG]@sha256:<hex>: sha256-<hex>.
+
+    Compiled kernels (torch.compile, Triton, FlashInfer's JIT) are reused only by the image that made them:
+    a cache reused across image changes is not reliable, so each image digest has its own folder.
+    """
+    return split_pinned(image)[1].replace(":", "-")
+
+
 def pinned_ref(name: str) -> str:
     """REPO@sha256:<hex> for a local name REPO:sha256-<hex> (the same image); any other name as it is."""
     return LOCAL_SUFFIX.sub(r"@sha256:\1", name)

@@ -28,7 +28,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+from .images import ImageError, cache_key
+
+# The digest's hex in an image's name: REPO@sha256:<hex> as pinned, REPO:sha256-<hex> as every node names it.
+_DIGEST_HEX = re.compile(r"sha256[:-]([0-9a-f]{64})")
 
 
 class ReleaseError(ValueError):
@@ -146,6 +152,13 @@ def _image(record: Mapping[str, Any]) -> List[str]:
     return [image] if image else []
 
 
+def _image_caches(record: Mapping[str, Any]) -> List[str]:
+    try:
+        return [cache_key(image) for image in _image(record)]
+    except ImageError:  # not pinned by digest (no recipe passes that), so no cache folder of its own
+        return []
+
+
 def _overlays(record: Mapping[str, Any]) -> List[str]:
     set_id = overlay_set_id((record.get("recipe") or {}).get("overlays") or [])
     return [set_id] if set_id else []
@@ -157,14 +170,16 @@ def _unused(pruned: Iterable[Mapping[str, Any]], kept: Iterable[Mapping[str, Any
 
 
 def retention(records: Sequence[Mapping[str, Any]], keep: int, protect: Sequence[str]) -> Dict[str, Any]:
-    """Which releases to remove, and which of their weights, images and overlay sets no kept release uses.
+    """Which releases to remove, and which of their weights, images, engine caches and overlay sets no kept
+    release uses.
 
     The ``keep`` newest releases that served (by ``recorded_at``) stay, and so
     does every release whose fingerprint is in ``protect`` (the one running,
     the one staged), whatever its age. A release recorded as failed never
     counts as one of the kept. Returns the fingerprints kept and removed, and
-    the model revisions (REPO/REVISION), images and overlay set folders only
-    removed releases use.
+    the model revisions (REPO/REVISION), images, engine cache folders (one per
+    image digest, sha256-<hex>) and overlay set folders only removed releases
+    use.
     """
     if keep < 1:
         raise ValueError("keep must be at least 1, not %d" % keep)
@@ -182,8 +197,32 @@ def retention(records: Sequence[Mapping[str, Any]], keep: int, protect: Sequence
         "removed": [r["fingerprint"] for r in pruned],
         "weights": _unused(pruned, kept, _weights),
         "images": _unused(pruned, kept, _image),
+        "caches": _unused(pruned, kept, _image_caches),
         "overlay_sets": _unused(pruned, kept, _overlays),
     }
+
+
+def spare_in_use(plan: Mapping[str, Any], containers: Sequence[Mapping[str, Any]], models_dir: str,
+                 cache_dir: str) -> Dict[str, Any]:
+    """A node's part of ``retention``'s PLAN: less what a container of the node uses, running or stopped (as
+    Docker lists them, with their mounts), since another deployment of the node may run what this one's removed
+    releases used: an image a container was started from (by its digest), the weights (MODELS/REPO/REVISION) and
+    the engine caches (CACHE/sha256-<hex>) a container mounts, or mounts a folder of."""
+    sources = [str(mount.get("Source") or "") for container in containers for mount in container.get("Mounts") or []]
+    started_from = {match.group(1) for container in containers
+                    for match in [_DIGEST_HEX.search(str(container.get("Image") or ""))] if match}
+
+    def mounted(folder: str) -> bool:
+        return any(source == folder or source.startswith(folder + "/") for source in sources)
+
+    def digest_of(image: str) -> str:
+        match = _DIGEST_HEX.search(image)
+        return match.group(1) if match else ""
+
+    return dict(plan,
+                images=[image for image in plan["images"] if digest_of(image) not in started_from],
+                weights=[held for held in plan["weights"] if not mounted(f"{models_dir.rstrip('/')}/{held}")],
+                caches=[key for key in plan["caches"] if not mounted(f"{cache_dir.rstrip('/')}/{key}")])
 
 
 def downtime(last_old_s: float, first_new_s: float, load_s: float) -> Tuple[float, float]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Any, Dict, List, Mapping, Sequence
 
+from ..node.images import cache_key
 from ..node.release import overlay_set_id
 
 
@@ -28,16 +29,29 @@ def ipwrap(host: str) -> str:
         return host
 
 
+def image_cache_dir(recipe: Mapping[str, Any], dirs: Mapping[str, str]) -> str:
+    """The folder of the engine's caches for the recipe's image, CACHE/sha256-<hex> of its digest: every
+    deployment of the node that runs the same image shares it, and a new image starts with caches of its own."""
+    return f"{dirs['cache']}/{cache_key(recipe['image'])}"
+
+
+def cache_dirs(recipe: Mapping[str, Any], adapter: Mapping[str, Any], dirs: Mapping[str, str]) -> List[str]:
+    """The engine's cache folders on the node, one per cache mount: image_cache_dir/NAME."""
+    return [f"{image_cache_dir(recipe, dirs)}/{mount['name']}" for mount in adapter.get("cache_mounts", [])]
+
+
 def volumes(recipe: Mapping[str, Any], adapter: Mapping[str, Any], ranks: Mapping[Any, Mapping[str, Any]],
             deployment: str, dirs: Mapping[str, str]) -> List[str]:
     """Every rank container's volumes, HOST:CONTAINER[:ro]: the model (and draft model) read-only, the engine's
-    caches, each overlay file from the deployment's overlay set, each model-file override by its sha256.
+    caches (cache_dirs), each overlay file from the deployment's overlay set, each model-file override by its
+    sha256.
 
     ``dirs``: models, overlays, overrides and cache, the node folders the engine role takes as options.
     """
     model = recipe["model"]
     found = [f"{dirs['models']}/{model['repo']}/{model['revision']}:{model['path_in_container']}:ro"]
-    found += [f"{dirs['cache']}/{mount['name']}:{mount['container_path']}" for mount in adapter.get("cache_mounts", [])]
+    image_dir = image_cache_dir(recipe, dirs)
+    found += [f"{image_dir}/{mount['name']}:{mount['container_path']}" for mount in adapter.get("cache_mounts", [])]
     draft = recipe.get("draft_model")
     if draft:
         found.append(f"{dirs['models']}/{draft['repo']}/{draft['revision']}:{draft['path_in_container']}:ro")
@@ -122,7 +136,7 @@ def engine_layout(recipe: Mapping[str, Any], ranks: Mapping[Any, Mapping[str, An
     launch = recipe["launch"]
     return {
         "volumes": volume_list,
-        "cache_dirs": [f"{dirs['cache']}/{mount['name']}" for mount in adapter.get("cache_mounts", [])],
+        "cache_dirs": cache_dirs(recipe, adapter, dirs),
         "overlay_set_dir": f"{dirs['overlays']}/{deployment}/{overlay_set_id(recipe.get('overlays') or [])}",
         "watched": watched(ranks, host_of_rank, head, launch.get("memory_limit") or ""),
         "start_order": start_order(launch["order"], len(nodes)),
