@@ -87,6 +87,14 @@ def test_local_ref_is_the_repository_tagged_with_the_digest() -> None:
         images.local_ref("vllm/vllm-openai:v0.9.1")
 
 
+@pytest.mark.parametrize(("name", "found"), [
+    (IMAGE, HEX), (f"vllm/vllm-openai@{DIGEST}", HEX), (LOCAL, HEX),
+    ("vllm/vllm-openai:v0.9.1", ""), (DIGEST, ""),  # a tag alone; an image ID is not a digest
+])
+def test_the_digest_in_an_image_name_pinned_or_local(name: str, found: str) -> None:
+    assert images.digest_hex(name) == found
+
+
 def test_the_engine_caches_folder_is_named_by_the_digest_alone() -> None:
     assert images.cache_key(IMAGE) == f"sha256-{HEX}"
     assert images.cache_key(f"other/repo:v2@{DIGEST}") == images.cache_key(IMAGE)

@@ -31,6 +31,8 @@ PINNED = re.compile(r"^(?P<repo>[^\s@]+?)(?::(?P<tag>[\w][\w.-]{0,127}))?@(?P<di
 # The local name's tag: the digest's algorithm and hex, as a tag may carry them.
 LOCAL_TAG = re.compile(r"^[^\s@]+:sha256-[0-9a-f]{64}$")
 LOCAL_SUFFIX = re.compile(r":sha256-([0-9a-f]{64})$")
+# The digest's hex in either name.
+DIGEST_HEX = re.compile(r"[@:]sha256[:-]([0-9a-f]{64})$")
 
 # Media types of the manifests an archive or a registry may hold.
 _INDEX_TYPES = ("application/vnd.oci.image.index.v1+json",
@@ -53,6 +55,13 @@ def local_ref(image: str) -> str:
     """The name every node holds the recipe's image under: REPO:sha256-<hex> for REPO[:TAG]@sha256:<hex>."""
     repo, digest = split_pinned(image)
     return f"{repo}:{digest.replace(':', '-')}"
+
+
+def digest_hex(name: str) -> str:
+    """The digest's hex in an image's name, as pinned (REPO[:TAG]@sha256:<hex>) or as every node holds it
+    (REPO:sha256-<hex>); '' for a name with neither."""
+    match = DIGEST_HEX.search(name or "")
+    return match.group(1) if match else ""
 
 
 def cache_key(image: str) -> str:

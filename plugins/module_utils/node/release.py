@@ -28,13 +28,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import re
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from .images import ImageError, cache_key
-
-# The digest's hex in an image's name: REPO@sha256:<hex> as pinned, REPO:sha256-<hex> as every node names it.
-_DIGEST_HEX = re.compile(r"sha256[:-]([0-9a-f]{64})")
+from .images import ImageError, cache_key, digest_hex
 
 
 class ReleaseError(ValueError):
@@ -209,18 +205,13 @@ def spare_in_use(plan: Mapping[str, Any], containers: Sequence[Mapping[str, Any]
     releases used: an image a container was started from (by its digest), the weights (MODELS/REPO/REVISION) and
     the engine caches (CACHE/sha256-<hex>) a container mounts, or mounts a folder of."""
     sources = [str(mount.get("Source") or "") for container in containers for mount in container.get("Mounts") or []]
-    started_from = {match.group(1) for container in containers
-                    for match in [_DIGEST_HEX.search(str(container.get("Image") or ""))] if match}
+    started_from = {digest_hex(str(container.get("Image") or "")) for container in containers} - {""}
 
     def mounted(folder: str) -> bool:
         return any(source == folder or source.startswith(folder + "/") for source in sources)
 
-    def digest_of(image: str) -> str:
-        match = _DIGEST_HEX.search(image)
-        return match.group(1) if match else ""
-
     return dict(plan,
-                images=[image for image in plan["images"] if digest_of(image) not in started_from],
+                images=[image for image in plan["images"] if digest_hex(image) not in started_from],
                 weights=[held for held in plan["weights"] if not mounted(f"{models_dir.rstrip('/')}/{held}")],
                 caches=[key for key in plan["caches"] if not mounted(f"{cache_dir.rstrip('/')}/{key}")])
 
