@@ -9,7 +9,7 @@ One home for what was Jinja in the engine role's vars, so each piece is a plain 
 from __future__ import annotations
 
 import ipaddress
-from typing import Any, Dict, List, Mapping, Sequence
+from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 from ..node.images import cache_key
 from ..node.release import overlay_set_id
@@ -35,9 +35,16 @@ def image_cache_dir(recipe: Mapping[str, Any], dirs: Mapping[str, str]) -> str:
     return f"{dirs['cache']}/{cache_key(recipe['image'])}"
 
 
+def _cache_mounts(recipe: Mapping[str, Any], adapter: Mapping[str, Any],
+                  dirs: Mapping[str, str]) -> List[Tuple[str, str]]:
+    """Each of the adapter's cache mounts as (its folder on the node, image_cache_dir/NAME; its container path)."""
+    image_dir = image_cache_dir(recipe, dirs)
+    return [(f"{image_dir}/{mount['name']}", mount["container_path"]) for mount in adapter.get("cache_mounts", [])]
+
+
 def cache_dirs(recipe: Mapping[str, Any], adapter: Mapping[str, Any], dirs: Mapping[str, str]) -> List[str]:
     """The engine's cache folders on the node, one per cache mount: image_cache_dir/NAME."""
-    return [f"{image_cache_dir(recipe, dirs)}/{mount['name']}" for mount in adapter.get("cache_mounts", [])]
+    return [host for host, _ in _cache_mounts(recipe, adapter, dirs)]
 
 
 def volumes(recipe: Mapping[str, Any], adapter: Mapping[str, Any], ranks: Mapping[Any, Mapping[str, Any]],
@@ -50,8 +57,7 @@ def volumes(recipe: Mapping[str, Any], adapter: Mapping[str, Any], ranks: Mappin
     """
     model = recipe["model"]
     found = [f"{dirs['models']}/{model['repo']}/{model['revision']}:{model['path_in_container']}:ro"]
-    image_dir = image_cache_dir(recipe, dirs)
-    found += [f"{image_dir}/{mount['name']}:{mount['container_path']}" for mount in adapter.get("cache_mounts", [])]
+    found += [f"{host}:{container}" for host, container in _cache_mounts(recipe, adapter, dirs)]
     draft = recipe.get("draft_model")
     if draft:
         found.append(f"{dirs['models']}/{draft['repo']}/{draft['revision']}:{draft['path_in_container']}:ro")
